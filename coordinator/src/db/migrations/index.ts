@@ -1,0 +1,6 @@
+// The committed migrations, in order. `npm run db:migration:create` writes new ones; list them here.
+import { Migration20261122002648_initial } from './Migration20261122002648_initial.ts';
+
+export const migrations = [
+  { name: 'Migration20261122002648_initial', class: Migration20261122002648_initial },
+];

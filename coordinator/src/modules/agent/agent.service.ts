@@ -1,0 +1,89 @@
+// Agent registration: a name, labels and a token (random, shown once, stored as a hash).
+// Presence (online, version, last seen) is written by the agent hub when agents connect.
+import type { MikroORM } from '@mikro-orm/postgresql';
+import { UniqueConstraintViolationException } from '@mikro-orm/postgresql';
+import { recordAudit } from '../audit/audit.service.ts';
+import type { Actor } from '../common/actor.ts';
+import { hashToken, randomToken } from '../common/crypto.ts';
+import { ConflictError, NotFoundError } from '../common/errors.ts';
+import { isoOrNull } from '../common/schemas.ts';
+import { isUuid } from '../project/project.service.ts';
+import { Agent, type IAgent } from './agent.entity.ts';
+
+export const AGENT_TOKEN_PREFIX = 'dha_';
+
+export interface AgentJson {
+  id: string;
+  name: string;
+  labels: string[];
+  online: boolean;
+  version: string | null;
+  last_seen_at: string | null;
+}
+
+export class AgentService {
+  readonly #orm: MikroORM;
+  /** Called after an agent is deleted, so a live connection can be closed. */
+  onRevoked: (agentId: string) => void = () => {};
+
+  constructor(orm: MikroORM) {
+    this.#orm = orm;
+  }
+
+  toJson(agent: IAgent): AgentJson {
+    return {
+      id: agent.id,
+      name: agent.name,
+      labels: agent.labels,
+      online: agent.connectedTo !== null,
+      version: agent.version ?? null,
+      last_seen_at: isoOrNull(agent.lastSeenAt),
+    };
+  }
+
+  async create(
+    input: { name: string; labels?: string[] },
+    actor: Actor,
+  ): Promise<{ agent: { id: string; name: string; labels: string[] }; token: string }> {
+    const token = randomToken(AGENT_TOKEN_PREFIX);
+    try {
+      return await this.#orm.em.fork().transactional(async (em) => {
+        const agent = em.create(Agent, {
+          name: input.name,
+          labels: [...new Set(input.labels ?? [])],
+          tokenHash: hashToken(token),
+        });
+        recordAudit(em, actor, 'agent.create', { type: 'agent', id: agent.id }, { name: agent.name });
+        await em.flush();
+        return { agent: { id: agent.id, name: agent.name, labels: agent.labels }, token };
+      });
+    } catch (err) {
+      if (err instanceof UniqueConstraintViolationException)
+        throw new ConflictError('An agent with this name already exists');
+      throw err;
+    }
+  }
+
+  async list(): Promise<AgentJson[]> {
+    const agents = await this.#orm.em.fork().find(Agent, {}, { orderBy: { name: 'asc' } });
+    return agents.map((a) => this.toJson(a));
+  }
+
+  /** Agents a target names: all carrying every label, or those with the given names. */
+  async matching(target: { labels: string[] } | { names: string[] }): Promise<IAgent[]> {
+    const em = this.#orm.em.fork();
+    if ('names' in target)
+      return em.find(Agent, { name: { $in: target.names } }, { orderBy: { name: 'asc' } });
+    return em.find(Agent, { labels: { $contains: target.labels } }, { orderBy: { name: 'asc' } });
+  }
+
+  async delete(id: string, actor: Actor): Promise<void> {
+    await this.#orm.em.fork().transactional(async (em) => {
+      const agent = isUuid(id) ? await em.findOne(Agent, { id }) : null;
+      if (!agent) throw new NotFoundError('Agent not found');
+      recordAudit(em, actor, 'agent.delete', { type: 'agent', id: agent.id }, { name: agent.name });
+      em.remove(agent);
+    });
+    this.onRevoked(id);
+  }
+}

@@ -1,0 +1,94 @@
+// Deployments, their per-command log entries and the raw output chunks that stream into them.
+// A deployment holds a snapshot of what it will run, taken when it was triggered, so editing the
+// project later never changes a deployment already queued.
+import { defineEntity, type InferEntity, p } from '@mikro-orm/core';
+import { baseProperties, timestamp } from '../common/base.entity.ts';
+import { Project, type Target } from '../project/project.entity.ts';
+
+export const DEPLOYMENT_STATUSES = [
+  'queued',
+  'running',
+  'success',
+  'failed',
+  'cancelled',
+  'timed_out',
+] as const;
+export type DeploymentStatus = (typeof DEPLOYMENT_STATUSES)[number];
+export const TRIGGERS = ['manual', 'webhook', 'redeploy', 'api'] as const;
+export type Trigger = (typeof TRIGGERS)[number];
+export const LOG_ENTRY_STATUSES = [
+  'running',
+  'success',
+  'failed',
+  'cancelled',
+  'timed_out',
+  'skipped',
+] as const;
+export type LogEntryStatus = (typeof LOG_ENTRY_STATUSES)[number];
+
+export interface DeploymentSnapshot {
+  projectName: string;
+  forgeUrl: string;
+  commands: string[];
+  env: Record<string, string>;
+  target: Target;
+  /** The project's secrets at trigger time, still encrypted. */
+  secretsEncrypted: string | null;
+}
+
+export const Deployment = defineEntity({
+  name: 'Deployment',
+  tableName: 'deployments',
+  properties: {
+    ...baseProperties,
+    project: () => p.manyToOne(Project).deleteRule('cascade').index(),
+    status: p.string().length(16).$type<DeploymentStatus>().index(),
+    reason: p.text().nullable(),
+    commit: p.string().length(64).nullable(),
+    branch: p.string().length(255),
+    trigger: p.string().length(16).$type<Trigger>(),
+    triggeredBy: p.text(),
+    triggeredByUserId: p.uuid().nullable(),
+    snapshot: p.json<DeploymentSnapshot>(),
+    hosts: p.json<string[]>(),
+    startedAt: timestamp().onCreate(() => new Date()),
+    finishedAt: timestamp().nullable(),
+  },
+});
+export type IDeployment = InferEntity<typeof Deployment>;
+
+export const LogEntry = defineEntity({
+  name: 'LogEntry',
+  tableName: 'log_entries',
+  properties: {
+    ...baseProperties,
+    deployment: () => p.manyToOne(Deployment).deleteRule('cascade').index(),
+    seq: p.integer(),
+    host: p.string().length(255),
+    cmd: p.text(),
+    status: p.string().length(16).$type<LogEntryStatus>(),
+    success: p.boolean().default(false),
+    exitCode: p.integer().nullable(),
+    signal: p.string().length(16).nullable(),
+    /** The whole output once the command has ended (chunks are compacted into it). */
+    output: p.blob().nullable().lazy(),
+    outputBytes: p.bigint('number').default(0),
+    startedAt: timestamp(),
+    finishedAt: timestamp().nullable(),
+  },
+});
+export type ILogEntry = InferEntity<typeof LogEntry>;
+
+export const LogChunk = defineEntity({
+  name: 'LogChunk',
+  tableName: 'log_chunks',
+  uniques: [{ properties: ['logEntry', 'offset'] }],
+  properties: {
+    id: p.bigint('number').primary().autoincrement(),
+    logEntry: () => p.manyToOne(LogEntry).deleteRule('cascade'),
+    offset: p.bigint('number'),
+    data: p.blob(),
+    createdAt: timestamp().onCreate(() => new Date()),
+  },
+});
+export type ILogChunk = InferEntity<typeof LogChunk>;

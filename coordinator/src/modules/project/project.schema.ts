@@ -1,0 +1,115 @@
+// The project's JSON shapes (API.md "Projects"): request bodies validated at the route, the
+// response shape serialised from it. Names and patterns here are the rules for user input.
+import Type, { type Static } from 'typebox';
+import { NullableTimestamp, Timestamp, Uuid } from '../common/schemas.ts';
+
+export const ProjectName = Type.String({
+  minLength: 1,
+  maxLength: 100,
+  pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*$',
+  description: 'Letters, digits, ".", "_" and "-"; also the folder name on hosts',
+});
+// A git remote: URL (https, ssh, git, file) or scp-like `user@host:path`, or an absolute path.
+// Never starting with "-", so it cannot be read as a git option.
+export const ForgeUrl = Type.String({ minLength: 1, maxLength: 2000, pattern: '^[^\\s-][^\\s]*$' });
+// git check-ref-format rules, in short: no spaces, "..", "~^:?*[\\", no leading "-" or "/".
+export const BranchName = Type.String({
+  minLength: 1,
+  maxLength: 255,
+  pattern:
+    '^(?!-)(?!/)(?!.*\\.\\.)(?!.*//)(?!.*@\\{)(?!.*\\.lock$)(?!.*/$)(?!.*\\.$)[^\\s~^:?*\\[\\\\\\x00-\\x1f\\x7f]+$',
+});
+const Label = Type.String({ minLength: 1, maxLength: 63, pattern: '^[A-Za-z0-9][A-Za-z0-9_.:-]*$' });
+const EnvName = '^[A-Za-z_][A-Za-z0-9_]*$';
+export const Commands = Type.Array(Type.String({ minLength: 1, maxLength: 10_000 }), {
+  minItems: 1,
+  maxItems: 100,
+});
+export const EnvMap = Type.Record(
+  Type.String({ pattern: EnvName, maxLength: 128 }),
+  Type.String({ maxLength: 32_768 }),
+  {
+    maxProperties: 200,
+  },
+);
+export const SecretsPatch = Type.Record(
+  Type.String({ pattern: EnvName, maxLength: 128 }),
+  Type.Union([Type.String({ maxLength: 32_768 }), Type.Null()]),
+  { maxProperties: 200 },
+);
+export const Fingerprint = Type.String({ pattern: '^SHA256:[A-Za-z0-9+/]{43}=?$' });
+
+export const AgentTargetSchema = Type.Object(
+  {
+    agents: Type.Union([
+      Type.Object(
+        { labels: Type.Array(Label, { minItems: 1, maxItems: 20 }) },
+        { additionalProperties: false },
+      ),
+      Type.Object(
+        { names: Type.Array(Label, { minItems: 1, maxItems: 100 }) },
+        { additionalProperties: false },
+      ),
+    ]),
+  },
+  { additionalProperties: false },
+);
+export const SshTargetInput = Type.Object(
+  {
+    ssh: Type.Object(
+      {
+        host: Type.String({ minLength: 1, maxLength: 255, pattern: '^[A-Za-z0-9.:_\\[\\]-]+$' }),
+        port: Type.Optional(Type.Integer({ minimum: 1, maximum: 65535 })),
+        username: Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9._-]+$' }),
+        private_key: Type.Optional(Type.String({ minLength: 1, maxLength: 16_384 })),
+        host_key_fingerprint: Fingerprint,
+      },
+      { additionalProperties: false },
+    ),
+  },
+  { additionalProperties: false },
+);
+export const TargetInput = Type.Union([AgentTargetSchema, SshTargetInput]);
+export type TargetInput = Static<typeof TargetInput>;
+
+export const CreateProjectBody = Type.Object({
+  name: ProjectName,
+  forge_url: ForgeUrl,
+  branch_name: Type.Optional(BranchName),
+  commands: Commands,
+  target: TargetInput,
+  env: Type.Optional(EnvMap),
+  secrets: Type.Optional(EnvMap),
+  webhook_secret: Type.Optional(Type.String({ minLength: 16, maxLength: 256 })),
+});
+export type CreateProjectBody = Static<typeof CreateProjectBody>;
+
+export const UpdateProjectBody = Type.Object({
+  name: Type.Optional(ProjectName),
+  forge_url: Type.Optional(ForgeUrl),
+  branch_name: Type.Optional(BranchName),
+  commands: Type.Optional(Commands),
+  target: Type.Optional(TargetInput),
+  env: Type.Optional(EnvMap),
+  secrets: Type.Optional(SecretsPatch),
+});
+export type UpdateProjectBody = Static<typeof UpdateProjectBody>;
+
+export const ProjectJson = Type.Object({
+  id: Uuid,
+  name: Type.String(),
+  forge_url: Type.String(),
+  branch_name: Type.String(),
+  commands: Type.Array(Type.String()),
+  target: Type.Unknown({
+    description:
+      '{agents: {labels}} | {agents: {names}} | {ssh: {host, port, username, host_key_fingerprint}}',
+  }),
+  env: Type.Record(Type.String(), Type.String()),
+  secret_keys: Type.Array(Type.String()),
+  created_at: Timestamp,
+  updated_at: NullableTimestamp,
+});
+export type ProjectJson = Static<typeof ProjectJson>;
+
+export const WebhookJson = Type.Object({ url: Type.String(), secret: Type.String() });

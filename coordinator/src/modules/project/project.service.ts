@@ -1,0 +1,186 @@
+// Projects: create, read, update, delete, and the webhook secret (shown on creation, rotation and
+// to admins on request; encrypted at rest). Secret values are write-only: only their names leave.
+import { randomBytes } from 'node:crypto';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import { UniqueConstraintViolationException } from '@mikro-orm/postgresql';
+import { recordAudit } from '../audit/audit.service.ts';
+import type { Actor } from '../common/actor.ts';
+import type { SecretBox } from '../common/crypto.ts';
+import { BadRequestError, ConflictError, NotFoundError } from '../common/errors.ts';
+import { iso } from '../common/schemas.ts';
+import { Deployment } from '../deployment/deployment.entity.ts';
+import { type IProject, Project, type Target } from './project.entity.ts';
+import type { CreateProjectBody, ProjectJson, TargetInput, UpdateProjectBody } from './project.schema.ts';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+export const isUuid = (v: unknown): v is string => typeof v === 'string' && UUID.test(v);
+
+export class ProjectService {
+  readonly #orm: MikroORM;
+  readonly #box: SecretBox;
+  readonly #webhookUrl: (projectId: string) => string;
+
+  constructor(orm: MikroORM, box: SecretBox, webhookUrl: (projectId: string) => string) {
+    this.#orm = orm;
+    this.#box = box;
+    this.#webhookUrl = webhookUrl;
+  }
+
+  toJson(project: IProject): ProjectJson {
+    return {
+      id: project.id,
+      name: project.name,
+      forge_url: project.forgeUrl,
+      branch_name: project.branchName,
+      commands: project.commands,
+      target: project.target,
+      env: project.env,
+      secret_keys: project.secretKeys,
+      created_at: iso(project.createdAt),
+      updated_at: iso(project.updatedAt),
+    };
+  }
+
+  async create(
+    input: CreateProjectBody,
+    actor: Actor,
+  ): Promise<{ project: ProjectJson; webhook: { url: string; secret: string } }> {
+    const target = this.#target(input.target, null);
+    const secret = input.webhook_secret ?? randomBytes(24).toString('base64url');
+    return this.#unique(() =>
+      this.#orm.em.fork().transactional(async (em) => {
+        const project = em.create(Project, {
+          name: input.name,
+          forgeUrl: input.forge_url,
+          branchName: input.branch_name ?? 'main',
+          commands: input.commands,
+          target: target.target,
+          env: input.env ?? {},
+          secretKeys: Object.keys(input.secrets ?? {}).sort(),
+          secretsEncrypted:
+            input.secrets && Object.keys(input.secrets).length ? this.#box.encryptJson(input.secrets) : null,
+          sshPrivateKeyEncrypted: target.privateKeyEncrypted,
+          webhookSecretEncrypted: this.#box.encrypt(secret),
+        });
+        recordAudit(em, actor, 'project.create', { type: 'project', id: project.id }, { name: project.name });
+        await em.flush();
+        return { project: this.toJson(project), webhook: { url: this.#webhookUrl(project.id), secret } };
+      }),
+    );
+  }
+
+  async list(): Promise<ProjectJson[]> {
+    const projects = await this.#orm.em.fork().find(Project, {}, { orderBy: { name: 'asc' } });
+    return projects.map((p) => this.toJson(p));
+  }
+
+  async get(id: string): Promise<ProjectJson> {
+    return this.toJson(await this.#find(id));
+  }
+
+  /** The entity itself, for other services (deployment triggers, webhooks). */
+  async find(id: string): Promise<IProject | null> {
+    if (!isUuid(id)) return null;
+    return this.#orm.em.fork().findOne(Project, { id });
+  }
+
+  webhookSecret(project: IProject): string {
+    return this.#box.decrypt(project.webhookSecretEncrypted);
+  }
+
+  async update(id: string, input: UpdateProjectBody, actor: Actor): Promise<ProjectJson> {
+    return this.#unique(() =>
+      this.#orm.em.fork().transactional(async (em) => {
+        const project = await this.#find(id, em);
+        if (input.name !== undefined) project.name = input.name;
+        if (input.forge_url !== undefined) project.forgeUrl = input.forge_url;
+        if (input.branch_name !== undefined) project.branchName = input.branch_name;
+        if (input.commands !== undefined) project.commands = input.commands;
+        if (input.env !== undefined) project.env = input.env;
+        if (input.target !== undefined) {
+          const target = this.#target(input.target, project.sshPrivateKeyEncrypted ?? null);
+          project.target = target.target;
+          project.sshPrivateKeyEncrypted = target.privateKeyEncrypted;
+        }
+        if (input.secrets !== undefined) {
+          const current: Record<string, string> = project.secretsEncrypted
+            ? this.#box.decryptJson(project.secretsEncrypted)
+            : {};
+          for (const [key, value] of Object.entries(input.secrets)) {
+            if (value === null) delete current[key];
+            else current[key] = value;
+          }
+          project.secretKeys = Object.keys(current).sort();
+          project.secretsEncrypted = project.secretKeys.length ? this.#box.encryptJson(current) : null;
+        }
+        recordAudit(
+          em,
+          actor,
+          'project.update',
+          { type: 'project', id: project.id },
+          {
+            fields: Object.keys(input).filter((k) => (input as Record<string, unknown>)[k] !== undefined),
+          },
+        );
+        await em.flush();
+        return this.toJson(project);
+      }),
+    );
+  }
+
+  async delete(id: string, actor: Actor): Promise<void> {
+    await this.#orm.em.fork().transactional(async (em) => {
+      const project = await this.#find(id, em);
+      const running = await em.count(Deployment, { project: project.id, status: 'running' });
+      if (running > 0) throw new ConflictError('The project has a running deployment: cancel it first');
+      recordAudit(em, actor, 'project.delete', { type: 'project', id: project.id }, { name: project.name });
+      em.remove(project);
+    });
+  }
+
+  async getWebhook(id: string): Promise<{ url: string; secret: string }> {
+    const project = await this.#find(id);
+    return { url: this.#webhookUrl(project.id), secret: this.webhookSecret(project) };
+  }
+
+  async rotateWebhook(id: string, actor: Actor): Promise<{ url: string; secret: string }> {
+    const secret = randomBytes(24).toString('base64url');
+    await this.#orm.em.fork().transactional(async (em) => {
+      const project = await this.#find(id, em);
+      project.webhookSecretEncrypted = this.#box.encrypt(secret);
+      recordAudit(em, actor, 'project.webhook_rotate', { type: 'project', id: project.id });
+    });
+    return { url: this.#webhookUrl(id), secret };
+  }
+
+  async #find(id: string, em = this.#orm.em.fork()): Promise<IProject> {
+    const project = isUuid(id) ? await em.findOne(Project, { id }) : null;
+    if (!project) throw new NotFoundError('Project not found');
+    return project;
+  }
+
+  /** Splits an input target into what is stored in clear and the encrypted private key. */
+  #target(
+    input: TargetInput,
+    existingKey: string | null,
+  ): { target: Target; privateKeyEncrypted: string | null } {
+    if ('agents' in input) return { target: input as Target, privateKeyEncrypted: null };
+    const { private_key, ...ssh } = input.ssh;
+    if (!private_key && !existingKey) throw new BadRequestError('target.ssh.private_key is required');
+    return {
+      target: { ssh: { ...ssh, port: ssh.port ?? 22 } },
+      privateKeyEncrypted: private_key ? this.#box.encrypt(private_key) : existingKey,
+    };
+  }
+
+  async #unique<T>(work: () => Promise<T>): Promise<T> {
+    try {
+      return await work();
+    } catch (err) {
+      if (err instanceof UniqueConstraintViolationException) {
+        throw new ConflictError('A project with this name already exists');
+      }
+      throw err;
+    }
+  }
+}

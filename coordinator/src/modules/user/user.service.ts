@@ -1,0 +1,148 @@
+// Accounts and sessions: registration (first account is admin; then closed unless opened by
+// configuration), login without account enumeration, server-side sessions that logout ends for
+// good, and the shell's password reset.
+import { randomBytes } from 'node:crypto';
+import type { EntityManager, MikroORM } from '@mikro-orm/postgresql';
+import { recordAudit } from '../audit/audit.service.ts';
+import type { Actor } from '../common/actor.ts';
+import { constantTimeEqual, hashToken } from '../common/crypto.ts';
+import { BadRequestError, ForbiddenError, NotFoundError, UnauthorizedError } from '../common/errors.ts';
+import { dummyPasswordHash, hashPassword, verifyPassword } from './password.ts';
+import { type IUser, type Role, Session, User } from './user.entity.ts';
+
+export interface UserJson {
+  id: string;
+  email: string;
+  role: Role;
+}
+
+export interface RegistrationPolicy {
+  mode: 'closed' | 'open';
+  /** Required for the first account when the coordinator listens beyond loopback. */
+  setupToken: string | null;
+}
+
+export interface ClientInfo {
+  ip: string | null;
+  userAgent: string | null;
+}
+
+const REGISTER_LOCK = 'deckhand:first-registration';
+const TOUCH_EVERY_MS = 60_000;
+
+export function userJson(user: IUser): UserJson {
+  return { id: user.id, email: user.email, role: user.role };
+}
+
+export function userActor(user: { id: string; email: string; role: Role }): Actor {
+  return { type: 'user', id: user.id, name: user.email, role: user.role, userId: user.id };
+}
+
+export function normaliseEmail(email: string): string {
+  return email.trim().toLowerCase();
+}
+
+export class UserService {
+  readonly #orm: MikroORM;
+  readonly #policy: RegistrationPolicy;
+  readonly #sessionTtlMs: number;
+
+  constructor(orm: MikroORM, policy: RegistrationPolicy, sessionTtlMs: number) {
+    this.#orm = orm;
+    this.#policy = policy;
+    this.#sessionTtlMs = sessionTtlMs;
+  }
+
+  async register(
+    input: { email: string; password: string; setup_token?: string },
+    client: ClientInfo,
+  ): Promise<{ user: UserJson; sessionId: string }> {
+    const email = normaliseEmail(input.email);
+    const passwordHash = await hashPassword(input.password);
+    return this.#orm.em.fork().transactional(async (em) => {
+      // Serialise registrations so two racing "first" accounts cannot both become admin.
+      await em.execute('select pg_advisory_xact_lock(hashtext(?))', [REGISTER_LOCK]);
+      const first = (await em.count(User, {})) === 0;
+      if (first) {
+        const token = this.#policy.setupToken;
+        if (token !== null && !(input.setup_token && constantTimeEqual(input.setup_token, token))) {
+          throw new ForbiddenError(
+            'Registration is closed: the first account needs the setup token printed in the coordinator log',
+          );
+        }
+      } else if (this.#policy.mode !== 'open') {
+        throw new ForbiddenError('Registration is closed');
+      }
+      if (await em.findOne(User, { email })) {
+        throw new BadRequestError('This email cannot be registered');
+      }
+      const user = em.create(User, { email, passwordHash, role: first ? 'admin' : 'viewer' });
+      recordAudit(em, userActor(user), 'user.register', { type: 'user', id: user.id }, { role: user.role });
+      const sessionId = this.#createSession(em, user, client);
+      return { user: userJson(user), sessionId };
+    });
+  }
+
+  async login(
+    email: string,
+    password: string,
+    client: ClientInfo,
+  ): Promise<{ user: UserJson; sessionId: string }> {
+    const em = this.#orm.em.fork();
+    const user = await em.findOne(User, { email: normaliseEmail(email) });
+    const ok = await verifyPassword(user?.passwordHash ?? (await dummyPasswordHash()), password);
+    if (!user || !ok) throw new UnauthorizedError('Invalid email or password');
+    return em.transactional(async (tx) => {
+      const sessionId = this.#createSession(tx, user, client);
+      recordAudit(tx, userActor(user), 'user.login', { type: 'user', id: user.id }, { ip: client.ip });
+      return { user: userJson(user), sessionId };
+    });
+  }
+
+  /** The user a session cookie names, or null when the session is unknown, expired or ended. */
+  async authenticateSession(sessionId: string): Promise<UserJson | null> {
+    const em = this.#orm.em.fork();
+    const session = await em.findOne(Session, { id: hashToken(sessionId) }, { populate: ['user'] });
+    const now = Date.now();
+    if (!session || session.revokedAt || session.expiresAt.getTime() <= now) return null;
+    if (now - session.lastSeenAt.getTime() > TOUCH_EVERY_MS) {
+      await em.nativeUpdate(Session, { id: session.id }, { lastSeenAt: new Date(now) });
+    }
+    return userJson(session.user);
+  }
+
+  async logout(sessionId: string): Promise<void> {
+    await this.#orm.em
+      .fork()
+      .nativeUpdate(Session, { id: hashToken(sessionId), revokedAt: null }, { revokedAt: new Date() });
+  }
+
+  /** From the server's shell: sets a new password and ends every session of that account. */
+  async resetPassword(email: string, password: string): Promise<void> {
+    const passwordHash = await hashPassword(password);
+    await this.#orm.em.fork().transactional(async (em) => {
+      const user = await em.findOne(User, { email: normaliseEmail(email) });
+      if (!user) throw new NotFoundError(`No account with the email ${normaliseEmail(email)}`);
+      user.passwordHash = passwordHash;
+      await em.nativeUpdate(Session, { user: user.id, revokedAt: null }, { revokedAt: new Date() });
+      recordAudit(
+        em,
+        { type: 'system', id: null, name: 'password-reset command', role: 'admin', userId: null },
+        'user.password_reset',
+        { type: 'user', id: user.id },
+      );
+    });
+  }
+
+  #createSession(em: EntityManager, user: IUser, client: ClientInfo): string {
+    const sessionId = randomBytes(32).toString('base64url');
+    em.create(Session, {
+      id: hashToken(sessionId),
+      user,
+      expiresAt: new Date(Date.now() + this.#sessionTtlMs),
+      ip: client.ip?.slice(0, 64) ?? null,
+      userAgent: client.userAgent?.slice(0, 512) ?? null,
+    });
+    return sessionId;
+  }
+}

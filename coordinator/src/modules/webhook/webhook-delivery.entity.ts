@@ -1,0 +1,25 @@
+// Every push delivery a project received: what the forge sent (headers without secrets),
+// whether the signature held, what was decided and why, and the deployment it started.
+// (project, delivery_id) is unique among deliveries that started a deployment: the de-duplication.
+import { defineEntity, type InferEntity, p } from '@mikro-orm/core';
+import { baseProperties } from '../common/base.entity.ts';
+import { Project } from '../project/project.entity.ts';
+
+export const WebhookDelivery = defineEntity({
+  name: 'WebhookDelivery',
+  tableName: 'webhook_deliveries',
+  properties: {
+    ...baseProperties,
+    project: () => p.manyToOne(Project).deleteRule('cascade').index(),
+    forge: p.string().length(16),
+    event: p.string().length(64).nullable(),
+    deliveryId: p.string().length(128).nullable(),
+    signatureValid: p.boolean(),
+    statusCode: p.integer(),
+    decision: p.string().length(32),
+    reason: p.text(),
+    deploymentId: p.uuid().nullable(),
+    headers: p.json<Record<string, string>>(),
+  },
+});
+export type IWebhookDelivery = InferEntity<typeof WebhookDelivery>;

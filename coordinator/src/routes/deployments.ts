@@ -1,0 +1,133 @@
+// Deployments (the spec's POST /deploy and GET /deploy/:id, API.md "Deployments"): trigger,
+// read one with its logs and project, list. Triggering stores the deployment and returns.
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { FastifyInstance } from 'fastify';
+import Type from 'typebox';
+import { BadRequestError, NotFoundError } from '../modules/common/errors.ts';
+import { errors, NullableTimestamp, Ok, Timestamp, Uuid } from '../modules/common/schemas.ts';
+import { DEPLOYMENT_STATUSES, TRIGGERS } from '../modules/deployment/deployment.entity.ts';
+import { BranchName } from '../modules/project/project.schema.ts';
+import { requireActor } from '../plugins/auth.ts';
+import { renderPage, wantsHtml } from '../plugins/negotiation.ts';
+
+const DeploymentJson = Type.Object({
+  id: Uuid,
+  proj_id: Uuid,
+  started_at: Timestamp,
+  finished_at: NullableTimestamp,
+  status: Type.Enum(DEPLOYMENT_STATUSES),
+  commit: Type.Union([Type.String(), Type.Null()]),
+  branch: Type.String(),
+  trigger: Type.Enum(TRIGGERS),
+  triggered_by: Type.String(),
+  reason: Type.Union([Type.String(), Type.Null()]),
+  hosts: Type.Array(Type.String()),
+});
+const LogEntryJson = Type.Object({
+  id: Uuid,
+  deploy_id: Uuid,
+  host: Type.String(),
+  cmd: Type.String(),
+  log: Type.String(),
+  success: Type.Boolean(),
+  status: Type.String(),
+  exit_code: Type.Union([Type.Integer(), Type.Null()]),
+  started_at: Timestamp,
+  finished_at: NullableTimestamp,
+});
+const EmbeddedProject = Type.Object({
+  id: Uuid,
+  name: Type.String(),
+  forge_url: Type.String(),
+  branch_name: Type.String(),
+});
+
+export default async function deploymentRoutes(instance: FastifyInstance) {
+  const app = instance.withTypeProvider<TypeBoxTypeProvider>();
+  const { deployments, projects } = app.services;
+
+  app.post(
+    '/deploy',
+    {
+      config: { auth: 'deployer' },
+      attachValidation: true,
+      schema: {
+        tags: ['deployments'],
+        body: Type.Object({
+          projectId: Uuid,
+          commit: Type.Optional(Type.String({ pattern: '^[0-9a-fA-F]{7,64}$' })),
+          branch: Type.Optional(BranchName),
+        }),
+        response: { 200: Ok({ deployId: Uuid }), ...errors(400, 401, 403, 404) },
+      },
+    },
+    async (request) => {
+      if (request.validationError) {
+        const body = request.body as Record<string, unknown> | null;
+        const id = body && typeof body === 'object' ? body.projectId : undefined;
+        if (typeof id !== 'string' || !/^[0-9a-f]{8}-([0-9a-f]{4}-){3}[0-9a-f]{12}$/i.test(id)) {
+          throw new BadRequestError('projectId must be a UUID');
+        }
+        throw new BadRequestError(request.validationError.message);
+      }
+      const project = await projects.find(request.body.projectId);
+      if (!project) throw new NotFoundError('Project not found');
+      const actor = requireActor(request);
+      const deployment = await deployments.trigger({
+        project,
+        trigger: actor.type === 'token' ? 'api' : 'manual',
+        actor,
+        commit: request.body.commit ?? null,
+        branch: request.body.branch ?? null,
+      });
+      return { success: true as const, deployId: deployment.id };
+    },
+  );
+
+  app.get(
+    '/deploy/:id',
+    {
+      schema: {
+        tags: ['deployments'],
+        params: Type.Object({ id: Type.String() }),
+        response: {
+          200: Ok({ deployment: DeploymentJson, logs: Type.Array(LogEntryJson), project: EmbeddedProject }),
+          ...errors(401, 404),
+        },
+      },
+    },
+    async (request, reply) => {
+      const detail = await deployments.get(request.params.id);
+      if (wantsHtml(request))
+        return renderPage(reply, 'deployment', detail as unknown as Record<string, unknown>);
+      return { success: true as const, ...detail };
+    },
+  );
+
+  app.get(
+    '/deployments',
+    {
+      schema: {
+        tags: ['deployments'],
+        querystring: Type.Object({
+          project_id: Type.Optional(Uuid),
+          status: Type.Optional(Type.Enum(DEPLOYMENT_STATUSES)),
+          limit: Type.Integer({ minimum: 1, maximum: 200, default: 50 }),
+          before: Type.Optional(Type.String({ maxLength: 64 })),
+        }),
+        response: { 200: Ok({ deployments: Type.Array(DeploymentJson) }), ...errors(400, 401) },
+      },
+    },
+    async (request, reply) => {
+      const q = request.query;
+      const list = await deployments.list({
+        projectId: q.project_id,
+        status: q.status,
+        limit: q.limit,
+        before: q.before,
+      });
+      if (wantsHtml(request)) return renderPage(reply, 'deployments', { deployments: list });
+      return { success: true as const, deployments: list };
+    },
+  );
+}

@@ -1,0 +1,32 @@
+// POST /email/test (the spec): a test message to the signed-in user's address, or to `to` —
+// another address only for admins, so the endpoint cannot be used to send mail to strangers.
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { FastifyInstance } from 'fastify';
+import Type from 'typebox';
+import { hasRole } from '../modules/common/actor.ts';
+import { ForbiddenError } from '../modules/common/errors.ts';
+import { errors, Ok } from '../modules/common/schemas.ts';
+import { requireActor } from '../plugins/auth.ts';
+
+export default async function emailRoutes(instance: FastifyInstance) {
+  const app = instance.withTypeProvider<TypeBoxTypeProvider>();
+  app.post(
+    '/email/test',
+    {
+      schema: {
+        tags: ['mail'],
+        body: Type.Object({ to: Type.Optional(Type.String({ format: 'email', maxLength: 320 })) }),
+        response: { 200: Ok({ message: Type.String() }), ...errors(400, 401, 403, 502) },
+      },
+    },
+    async (request) => {
+      const actor = requireActor(request);
+      const to = request.body.to?.trim().toLowerCase() ?? actor.name;
+      if (to !== actor.name && !hasRole(actor, 'admin')) {
+        throw new ForbiddenError('Only admins can send the test email to another address');
+      }
+      await app.services.mailer.sendTestMail(to);
+      return { success: true as const, message: 'Test email sent' };
+    },
+  );
+}

@@ -1,0 +1,137 @@
+// A real coordinator for tests: a fresh PostgreSQL database, every migration applied, the app
+// listening on a free loopback port. Build one per test file (beforeAll) and close it after.
+import { randomBytes } from 'node:crypto';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import { type App, buildApp } from '../../coordinator/src/app.ts';
+import { loadConfig } from '../../coordinator/src/config.ts';
+import { migrate, openDatabase } from '../../coordinator/src/db/orm.ts';
+import type { SmtpSettings } from '../../coordinator/src/modules/mail/mailer.ts';
+import { createTestDatabase } from './database.ts';
+
+export interface TestCoordinator {
+  url: string;
+  app: App;
+  orm: MikroORM;
+  rootSecret: string;
+  close(): Promise<void>;
+}
+
+export async function startCoordinator(
+  env: Record<string, string> = {},
+  opts: { smtpSettings?: () => Promise<SmtpSettings | null> } = {},
+): Promise<TestCoordinator> {
+  const db = await createTestDatabase();
+  const rootSecret = randomBytes(32).toString('base64url');
+  const config = loadConfig({
+    HOST: '127.0.0.1',
+    PORT: '0',
+    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+    DATABASE_URL: db.url,
+    DECKHAND_SECRET: rootSecret,
+    ...env,
+  });
+  const orm = await openDatabase({ url: db.url, poolMax: 5 });
+  await migrate(orm);
+  const app = await buildApp({ config, orm, rootSecret, smtpSettings: opts.smtpSettings });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const address = app.server.address();
+  const port = typeof address === 'object' && address ? address.port : 0;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    app,
+    orm,
+    rootSecret,
+    async close() {
+      await app.close();
+      await orm.close();
+      await db.drop();
+    },
+  };
+}
+
+export interface HttpResponse {
+  status: number;
+  headers: Headers;
+  text: string;
+  // biome-ignore lint/suspicious/noExplicitAny: test assertions read arbitrary JSON
+  json: any;
+}
+
+/** An HTTP client with a cookie jar, like a browser or `curl -c/-b`. */
+export class Client {
+  readonly base: string;
+  cookie: string | null = null;
+
+  constructor(base: string) {
+    this.base = base;
+  }
+
+  async request(
+    method: string,
+    path: string,
+    opts: {
+      json?: unknown;
+      body?: string | Buffer;
+      headers?: Record<string, string>;
+      cookie?: string | null;
+    } = {},
+  ): Promise<HttpResponse> {
+    const headers: Record<string, string> = { ...opts.headers };
+    const cookie = opts.cookie === undefined ? this.cookie : opts.cookie;
+    if (cookie) headers.cookie = cookie;
+    let body: string | Buffer | undefined = opts.body;
+    if (opts.json !== undefined) {
+      body = JSON.stringify(opts.json);
+      headers['content-type'] ??= 'application/json';
+    }
+    const res = await fetch(this.base + path, { method, headers, body, redirect: 'manual' });
+    const setCookie = res.headers.getSetCookie().find((c) => c.startsWith('connect.sid='));
+    if (setCookie) {
+      const value = setCookie.split(';')[0]!;
+      this.cookie =
+        /^connect\.sid=;?$/.test(value) || /Max-Age=0|Expires=Thu, 01 Jan 1970/i.test(setCookie)
+          ? null
+          : value;
+    }
+    const text = await res.text();
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      json = undefined;
+    }
+    return { status: res.status, headers: res.headers, text, json };
+  }
+
+  get(path: string, opts?: Parameters<Client['request']>[2]) {
+    return this.request('GET', path, opts);
+  }
+
+  post(path: string, json?: unknown, opts: Parameters<Client['request']>[2] = {}) {
+    return this.request('POST', path, json === undefined ? opts : { ...opts, json });
+  }
+}
+
+let counter = 0;
+/** Registers a fresh account (the first one on a coordinator is its admin) and keeps its session. */
+export async function signUp(
+  url: string,
+  email = `user${++counter}@example.com`,
+  password = 'correct horse battery',
+) {
+  const client = new Client(url);
+  const res = await client.post('/register', { email, password });
+  if (res.status !== 201) throw new Error(`register failed: ${res.status} ${res.text}`);
+  return { client, user: res.json.user as { id: string; email: string; role: string }, email, password };
+}
+
+export const sampleProject = (overrides: Record<string, unknown> = {}) => ({
+  name: `web-${randomBytes(4).toString('hex')}`,
+  forge_url: 'https://github.com/acme/web.git',
+  branch_name: 'main',
+  commands: ['npm ci', 'npm run build'],
+  target: { agents: { labels: ['web'] } },
+  env: { NODE_ENV: 'production' },
+  secrets: { API_KEY: 'sk-live-very-secret' },
+  ...overrides,
+});
