@@ -60,7 +60,7 @@ async function main(): Promise<number> {
   let embedded: EmbeddedPostgres | undefined;
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'deckhand-test-'));
   const reportFile = path.join(tmp, 'vitest.json');
-  let exitCode = 1;
+  let exitCode: number;
   try {
     const env = { ...process.env };
     if (!env.DATABASE_URL) {

@@ -18,6 +18,7 @@ import bodyParsers from './plugins/body-parsers.ts';
 import errors from './plugins/errors.ts';
 import { loggerOptions } from './plugins/logger.ts';
 import services, { createServices } from './plugins/services.ts';
+import { installValidators } from './plugins/validation.ts';
 import accountRoutes from './routes/accounts.ts';
 import agentRoutes from './routes/agents.ts';
 import deploymentRoutes from './routes/deployments.ts';
@@ -57,9 +58,6 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     // A hop count is valid for proxy-addr, though Fastify's types omit it.
     trustProxy: config.trustProxy as boolean | string[],
     bodyLimit: config.bodyLimit,
-    ajv: {
-      customOptions: { removeAdditional: 'all', coerceTypes: 'array', useDefaults: true, allErrors: false },
-    },
     schemaErrorFormatter: (errs, dataVar) => {
       const e = errs[0];
       if (!e) return new Error(`Invalid ${dataVar}`);
@@ -78,7 +76,12 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     },
   }).withTypeProvider<TypeBoxTypeProvider>();
 
-  const publicUrl = publicUrlOf(config);
+  installValidators(app as unknown as FastifyInstance);
+  // Computed when needed: with PORT=0 the port is only known once listening.
+  const publicUrl = () => {
+    const address = app.server.address();
+    return publicUrlOf(config, typeof address === 'object' && address ? address.port : undefined);
+  };
   const box = new SecretBox(deriveKey(deps.rootSecret, 'secrets-at-rest'));
   const mailer = new Mailer(deps.smtpSettings ?? (async () => smtpSettingsFromEnv(envSmtp(config))), app.log);
 

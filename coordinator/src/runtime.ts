@@ -4,7 +4,11 @@ import { resolve } from 'node:path';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import pino, { type Logger } from 'pino';
 import type { Config } from './config.ts';
-import { type EmbeddedPostgres, startEmbeddedPostgres } from './db/embedded-postgres.ts';
+import {
+  type EmbeddedPostgres,
+  runningEmbeddedPostgresUrl,
+  startEmbeddedPostgres,
+} from './db/embedded-postgres.ts';
 import { migrate, openDatabase } from './db/orm.ts';
 import { loggerOptions } from './plugins/logger.ts';
 
@@ -18,9 +22,22 @@ export interface Database {
   close(): Promise<void>;
 }
 
-export async function openConfiguredDatabase(config: Config, log: Logger): Promise<Database> {
+/**
+ * `shareRunning`: a command-line tool run beside a live coordinator uses that coordinator's
+ * embedded server rather than failing to start a second one on the same data folder.
+ */
+export async function openConfiguredDatabase(
+  config: Config,
+  log: Logger,
+  opts: { shareRunning?: boolean } = {},
+): Promise<Database> {
   let embedded: EmbeddedPostgres | null = null;
   let url = config.databaseUrl;
+  if (!url && opts.shareRunning) {
+    url =
+      (await runningEmbeddedPostgresUrl({ dataDir: config.dataDir, port: config.embeddedPostgresPort })) ??
+      undefined;
+  }
   if (!url) {
     const dataDir = resolve(config.dataDir);
     log.info(

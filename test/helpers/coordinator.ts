@@ -53,7 +53,7 @@ export interface HttpResponse {
   status: number;
   headers: Headers;
   text: string;
-  // biome-ignore lint/suspicious/noExplicitAny: test assertions read arbitrary JSON
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- test assertions read arbitrary JSON
   json: any;
 }
 

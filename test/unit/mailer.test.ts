@@ -52,7 +52,7 @@ async function rejection(promise: Promise<unknown>): Promise<Error> {
     await promise;
   } catch (err) {
     if (err instanceof Error) return err;
-    throw new Error(`rejected with a non-error: ${String(err)}`);
+    throw new Error(`rejected with a non-error: ${String(err)}`, { cause: err });
   }
   throw new Error('expected a rejection');
 }

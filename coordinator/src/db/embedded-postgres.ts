@@ -430,3 +430,19 @@ async function createDatabaseIfAbsent(adminUrl: string, database: string): Promi
     await client.end();
   }
 }
+
+/**
+ * The url of the embedded server a live coordinator already runs on this data dir, or null.
+ * Command-line tools (password reset, migrate) use it instead of starting a second server.
+ */
+export async function runningEmbeddedPostgresUrl(opts: {
+  dataDir: string;
+  port: number;
+  database?: string;
+}): Promise<string | null> {
+  const dataDir = path.resolve(opts.dataDir);
+  const ownerPid = await readPid(path.join(dataDir, 'embedded-postgres.owner'));
+  if (ownerPid === undefined || ownerPid === process.pid || !isAlive(ownerPid)) return null;
+  const password = (await readFile(path.join(dataDir, 'postgres-password'), 'utf8')).trim();
+  return `postgres://${USER}:${encodeURIComponent(password)}@127.0.0.1:${opts.port}/${opts.database ?? 'deckhand'}`;
+}

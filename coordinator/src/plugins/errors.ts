@@ -28,7 +28,8 @@ export default fp(
   async (app: FastifyInstance) => {
     app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
       const { status, message } = errorMessage(error);
-      if (status >= 500) request.log.error({ err: error }, 'request failed');
+      if (error instanceof DomainError) request.log.info({ status, error: message }, 'request refused');
+      else if (status >= 500) request.log.error({ err: error }, 'request failed');
       else request.log.info({ status, error: message }, 'request refused');
       if (reply.getHeader('content-type')?.toString().startsWith('text/plain')) {
         return reply.code(status).send(message);

@@ -32,12 +32,12 @@ export interface ServiceOptions {
   mailer: Mailer;
   registration: RegistrationPolicy;
   sessionTtlMs: number;
-  publicUrl: string;
+  publicUrl: () => string;
 }
 
 export function createServices(o: ServiceOptions): Services {
   const users = new UserService(o.orm, o.registration, o.sessionTtlMs);
-  const projects = new ProjectService(o.orm, o.box, (id) => `${o.publicUrl}/webhook/${id}`);
+  const projects = new ProjectService(o.orm, o.box, (id) => `${o.publicUrl()}/webhook/${id}`);
   const agents = new AgentService(o.orm);
   const deployments = new DeploymentService(o.orm, agents);
   const webhooks = new WebhookService(o.orm, projects, deployments);

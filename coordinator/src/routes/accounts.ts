@@ -18,6 +18,18 @@ const Credentials = {
   password: Type.String({ minLength: 8, maxLength: 1024 }),
 };
 
+/** Where to go after signing in: a path on this site, never another origin (resolved, not pattern-matched). */
+export function sameSitePath(next: unknown): string {
+  if (typeof next !== 'string' || !next.startsWith('/')) return '/';
+  const base = 'http://deckhand.invalid';
+  try {
+    const url = new URL(next, base);
+    return url.origin === base ? url.pathname + url.search + url.hash : '/';
+  } catch {
+    return '/';
+  }
+}
+
 function client(request: FastifyRequest) {
   const ua = request.headers['user-agent'];
   return { ip: request.ip ?? null, userAgent: typeof ua === 'string' ? ua : null };
@@ -101,12 +113,8 @@ export default async function accountRoutes(
 
   for (const page of ['login', 'register'] as const) {
     app.get(`/${page}`, { config: { auth: 'public' }, schema: { hide: true } }, async (request, reply) => {
-      const next = (request.query as { next?: string }).next;
-      return renderPage(reply, 'sign-in', {
-        mode: page,
-        // Only same-site paths: never redirect elsewhere after signing in.
-        next: typeof next === 'string' && next.startsWith('/') && !next.startsWith('//') ? next : '/',
-      });
+      const next = (request.query as { next?: unknown }).next;
+      return renderPage(reply, 'sign-in', { mode: page, next: sameSitePath(next) });
     });
   }
 }

@@ -150,8 +150,8 @@ export class DeploymentService {
         status: string;
         success: boolean;
         exit_code: number | null;
-        started_at: Date;
-        finished_at: Date | null;
+        started_at: Date | string;
+        finished_at: Date | string | null;
         output: Buffer | null;
       }>
     >(
@@ -176,8 +176,9 @@ export class DeploymentService {
         success: r.success,
         status: r.status,
         exit_code: r.exit_code,
-        started_at: iso(r.started_at),
-        finished_at: isoOrNull(r.finished_at),
+        // Raw queries return timestamptz as text.
+        started_at: iso(new Date(r.started_at)),
+        finished_at: isoOrNull(r.finished_at === null ? null : new Date(r.finished_at)),
       })),
       project: {
         id: project.id,

@@ -25,17 +25,13 @@ export const Commands = Type.Array(Type.String({ minLength: 1, maxLength: 10_000
   minItems: 1,
   maxItems: 100,
 });
-export const EnvMap = Type.Record(
-  Type.String({ pattern: EnvName, maxLength: 128 }),
-  Type.String({ maxLength: 32_768 }),
-  {
-    maxProperties: 200,
-  },
-);
+// Record keys are checked with propertyNames: a bad name is refused, not silently dropped.
+const EnvKeys = { maxProperties: 200, propertyNames: { pattern: EnvName, maxLength: 128 } };
+export const EnvMap = Type.Record(Type.String(), Type.String({ maxLength: 32_768 }), EnvKeys);
 export const SecretsPatch = Type.Record(
-  Type.String({ pattern: EnvName, maxLength: 128 }),
+  Type.String(),
   Type.Union([Type.String({ maxLength: 32_768 }), Type.Null()]),
-  { maxProperties: 200 },
+  EnvKeys,
 );
 export const Fingerprint = Type.String({ pattern: '^SHA256:[A-Za-z0-9+/]{43}=?$' });
 

@@ -1,0 +1,67 @@
+// The agent's configuration: command-line flags first, then DECKHAND_* environment variables.
+// Refuses plain ws:// or http:// to anything but loopback unless --insecure, so a token never
+// crosses a network in the clear by accident.
+import { parseArgs } from 'node:util';
+
+export interface AgentConfig {
+  url: URL;
+  token: string;
+  workDir: string;
+  labels: string[];
+  insecure: boolean;
+}
+
+export class AgentConfigError extends Error {}
+
+const LOOPBACK = /^(localhost|127(\.\d+){3}|\[::1\])$/;
+
+export function loadAgentConfig(argv: string[], env: Record<string, string | undefined>): AgentConfig {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      url: { type: 'string' },
+      token: { type: 'string' },
+      'work-dir': { type: 'string' },
+      labels: { type: 'string' },
+      insecure: { type: 'boolean', default: false },
+    },
+    strict: true,
+  });
+  const rawUrl = values.url ?? env.DECKHAND_URL;
+  const token = values.token ?? env.DECKHAND_TOKEN;
+  if (!rawUrl)
+    throw new AgentConfigError(
+      'Give the coordinator URL: --url https://deploy.example.com (or DECKHAND_URL)',
+    );
+  if (!token)
+    throw new AgentConfigError(
+      'Give the agent token: --token <token> (or DECKHAND_TOKEN), from POST /agents',
+    );
+  let url: URL;
+  try {
+    url = new URL(rawUrl);
+  } catch {
+    throw new AgentConfigError(`Not a URL: ${rawUrl}`);
+  }
+  if (!['http:', 'https:', 'ws:', 'wss:'].includes(url.protocol)) {
+    throw new AgentConfigError(`The coordinator URL must be http(s):// or ws(s)://, not ${url.protocol}`);
+  }
+  const insecure = values.insecure === true || env.DECKHAND_INSECURE === 'true';
+  const plain = url.protocol === 'http:' || url.protocol === 'ws:';
+  if (plain && !LOOPBACK.test(url.hostname) && !insecure) {
+    throw new AgentConfigError(
+      `Refusing to send the agent token unencrypted to ${url.host}: use https:// (or pass --insecure on a network you trust)`,
+    );
+  }
+  const labels = (values.labels ?? env.DECKHAND_LABELS ?? '')
+    .split(',')
+    .map((l) => l.trim())
+    .filter(Boolean);
+  return {
+    url,
+    token,
+    workDir: values['work-dir'] ?? env.DECKHAND_WORK_DIR ?? '.deckhand-agent',
+    labels,
+    insecure,
+  };
+}

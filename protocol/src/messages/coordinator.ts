@@ -1,0 +1,63 @@
+// Messages the coordinator sends to an agent, one schema each; `CoordinatorMessage` is their union.
+import Type, { type Static } from 'typebox';
+import { ByteOffset, Id, StepIndex } from './common.ts';
+
+export const Welcome = Type.Object({
+  type: Type.Literal('welcome'),
+  agentId: Id,
+  agentName: Type.String(),
+  protocolVersion: Type.Integer(),
+  /** How often the agent should expect a ping; silence for twice this means a dead connection. */
+  heartbeatMs: Type.Integer({ minimum: 100 }),
+});
+export type Welcome = Static<typeof Welcome>;
+
+export const Reject = Type.Object({
+  type: Type.Literal('reject'),
+  /** Says what to do, e.g. which version to upgrade to. */
+  reason: Type.String(),
+});
+export type Reject = Static<typeof Reject>;
+
+export const JobAssign = Type.Object({
+  type: Type.Literal('job.assign'),
+  jobId: Id,
+  deploymentId: Id,
+  project: Type.Object({ id: Id, name: Type.String() }),
+  repository: Type.Object({
+    url: Type.String(),
+    branch: Type.String(),
+    /** Fixed once for the deployment; every host checks out exactly this commit. */
+    commit: Type.String({ pattern: '^[0-9a-f]{40,64}$' }),
+    /** The project's deploy key (OpenSSH private key) for ssh remotes, or null to use the host's own credentials. */
+    sshKey: Type.Union([Type.String(), Type.Null()]),
+    /** known_hosts lines for the forge, checked strictly when set. */
+    knownHosts: Type.Union([Type.String(), Type.Null()]),
+  }),
+  commands: Type.Array(Type.String()),
+  /** The deployment's environment, secrets included; DECKHAND_* variables are added by the agent. */
+  env: Type.Record(Type.String(), Type.String()),
+});
+export type JobAssign = Static<typeof JobAssign>;
+
+export const OutputAck = Type.Object({
+  type: Type.Literal('output.ack'),
+  jobId: Id,
+  step: StepIndex,
+  /** Every byte before this offset is stored: the agent may forget it. */
+  offset: ByteOffset,
+});
+export type OutputAck = Static<typeof OutputAck>;
+
+export const JobCancel = Type.Object({ type: Type.Literal('job.cancel'), jobId: Id, reason: Type.String() });
+export type JobCancel = Static<typeof JobCancel>;
+
+export const COORDINATOR_MESSAGES = {
+  welcome: Welcome,
+  reject: Reject,
+  'job.assign': JobAssign,
+  'output.ack': OutputAck,
+  'job.cancel': JobCancel,
+} as const;
+
+export type CoordinatorMessage = Welcome | Reject | JobAssign | OutputAck | JobCancel;
