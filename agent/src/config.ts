@@ -9,6 +9,8 @@ export interface AgentConfig {
   workDir: string;
   labels: string[];
   insecure: boolean;
+  /** How long a cancelled step gets between SIGTERM and SIGKILL. */
+  killGraceMs: number;
 }
 
 export class AgentConfigError extends Error {}
@@ -24,6 +26,7 @@ export function loadAgentConfig(argv: string[], env: Record<string, string | und
       'work-dir': { type: 'string' },
       labels: { type: 'string' },
       insecure: { type: 'boolean', default: false },
+      'kill-grace-ms': { type: 'string' },
     },
     strict: true,
   });
@@ -57,11 +60,19 @@ export function loadAgentConfig(argv: string[], env: Record<string, string | und
     .split(',')
     .map((l) => l.trim())
     .filter(Boolean);
+  const rawGrace = values['kill-grace-ms'] ?? env.DECKHAND_KILL_GRACE_MS ?? '10000';
+  const killGraceMs = Number(rawGrace);
+  if (!/^\d+$/.test(rawGrace) || !Number.isSafeInteger(killGraceMs)) {
+    throw new AgentConfigError(
+      `--kill-grace-ms (or DECKHAND_KILL_GRACE_MS) must be a whole number of milliseconds, not ${rawGrace}`,
+    );
+  }
   return {
     url,
     token,
     workDir: values['work-dir'] ?? env.DECKHAND_WORK_DIR ?? '.deckhand-agent',
     labels,
     insecure,
+    killGraceMs,
   };
 }

@@ -2,9 +2,12 @@
 // rate limit, OpenAPI), then the app's own (errors, body parsers, services, auth), then routes.
 // Start-up and shutdown live in server.ts; tests build the app the same way.
 
+import { randomUUID } from 'node:crypto';
+import { MAX_FRAME_BYTES } from '@deckhand/protocol';
 import rateLimit from '@fastify/rate-limit';
 import secureSession from '@fastify/secure-session';
 import swagger from '@fastify/swagger';
+import websocket from '@fastify/websocket';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import Fastify, { type FastifyInstance } from 'fastify';
@@ -20,6 +23,8 @@ import { loggerOptions } from './plugins/logger.ts';
 import services, { createServices } from './plugins/services.ts';
 import { installValidators } from './plugins/validation.ts';
 import accountRoutes from './routes/accounts.ts';
+import agentSocketRoutes from './routes/agent-socket.ts';
+import deploymentEventRoutes from './routes/deployment-events.ts';
 import agentRoutes from './routes/agents.ts';
 import deploymentRoutes from './routes/deployments.ts';
 import emailRoutes from './routes/email.ts';
@@ -100,6 +105,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     ),
   );
   await app.register(rateLimit, { global: false });
+  // Frames past MAX_FRAME_BYTES still reach the codec (answered TOO_LARGE); far larger ones are cut by ws.
+  await app.register(websocket, { options: { maxPayload: 2 * MAX_FRAME_BYTES } });
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',
@@ -128,6 +135,10 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       },
       sessionTtlMs: config.sessionTtlMs,
       publicUrl,
+      log: app.log as unknown as Logger,
+      processId: randomUUID(),
+      agentHeartbeatMs: config.agentHeartbeatMs,
+      schedulerIntervalMs: config.schedulerIntervalMs,
     }),
   );
   await app.register(auth, { publicOrigin: config.publicUrl ? new URL(config.publicUrl).origin : null });
@@ -143,6 +154,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(projectRoutes);
   await app.register(agentRoutes);
   await app.register(deploymentRoutes);
+  await app.register(deploymentEventRoutes);
+  await app.register(agentSocketRoutes);
   await app.register(emailRoutes);
   await app.register(webhookRoutes, { bodyLimit: config.webhookBodyLimit });
   app.get('/openapi.json', { config: { auth: 'public' }, schema: { hide: true } }, async () => app.swagger());

@@ -25,6 +25,8 @@ export const EnvSchema = Type.Object({
   LOGIN_RATE_LIMIT: Type.Integer({ default: 40, minimum: 1 }),
   LOGIN_RATE_WINDOW_SECONDS: Type.Integer({ default: 60, minimum: 1 }),
   SESSION_TTL_HOURS: Type.Integer({ default: 24 * 14, minimum: 1 }),
+  AGENT_HEARTBEAT_MS: Type.Integer({ default: 10_000, minimum: 100 }),
+  SCHEDULER_INTERVAL_MS: Type.Integer({ default: 1_000, minimum: 50 }),
   BODY_LIMIT_BYTES: Type.Integer({ default: 1024 * 1024, minimum: 1024 }),
   WEBHOOK_BODY_LIMIT_BYTES: Type.Integer({ default: 25 * 1024 * 1024, minimum: 1024 }),
   SMTP_URL: Type.Optional(Type.String({ pattern: '^smtps?://' })),
@@ -57,6 +59,8 @@ export interface Config {
   sessionTtlMs: number;
   bodyLimit: number;
   webhookBodyLimit: number;
+  agentHeartbeatMs: number;
+  schedulerIntervalMs: number;
   smtp: {
     url?: string;
     host?: string;
@@ -118,6 +122,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     loginRateLimit: { max: e.LOGIN_RATE_LIMIT, windowMs: e.LOGIN_RATE_WINDOW_SECONDS * 1000 },
     sessionTtlMs: e.SESSION_TTL_HOURS * 3600 * 1000,
     bodyLimit: e.BODY_LIMIT_BYTES,
+    agentHeartbeatMs: e.AGENT_HEARTBEAT_MS,
+    schedulerIntervalMs: e.SCHEDULER_INTERVAL_MS,
     webhookBodyLimit: e.WEBHOOK_BODY_LIMIT_BYTES,
     smtp: {
       url: e.SMTP_URL,

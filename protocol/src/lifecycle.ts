@@ -36,7 +36,9 @@
 //     contiguous prefix it has; a step's entry is complete when it has `outputBytes` bytes.
 //   - The agent keeps unacknowledged output and re-sends it after a reconnect; `hello.runningJobs`
 //     tells the coordinator which jobs are still running there.
-//   - Messages about a job the agent was not given, or about a finished job, are refused.
+//   - Messages about a job the agent was not given, or about a finished job, are refused — except
+//     `step.output` re-sent after a reconnect for a step that already ended: it is acknowledged
+//     and dropped (the entry is complete), so the agent can forget it.
 //   - Job states on the coordinator: pending → sent → running → success | failed | cancelled |
 //     timed_out | abandoned. The deployment succeeds only when every host's job succeeded.
 

@@ -22,7 +22,7 @@ export type JobOutcome =
   | { status: 'failed'; failedStep: PlannedStep; reason: string; skipped: PlannedStep[] };
 
 export function checkoutCommand(commit: string): string {
-  return `git checkout --force ${commit}`;
+  return `git checkout --force --detach ${commit}`;
 }
 
 export function planSteps(job: { commit: string; commands: readonly string[] }): PlannedStep[] {

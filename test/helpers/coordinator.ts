@@ -2,7 +2,8 @@
 // listening on a free loopback port. Build one per test file (beforeAll) and close it after.
 import { randomBytes } from 'node:crypto';
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { type App, buildApp } from '../../coordinator/src/app.ts';
+import { afterAll, beforeAll, expect } from 'vitest';
+import { type App, type AppDeps, buildApp } from '../../coordinator/src/app.ts';
 import { loadConfig } from '../../coordinator/src/config.ts';
 import { migrate, openDatabase } from '../../coordinator/src/db/orm.ts';
 import type { SmtpSettings } from '../../coordinator/src/modules/mail/mailer.ts';
@@ -18,7 +19,7 @@ export interface TestCoordinator {
 
 export async function startCoordinator(
   env: Record<string, string> = {},
-  opts: { smtpSettings?: () => Promise<SmtpSettings | null> } = {},
+  opts: { smtpSettings?: () => Promise<SmtpSettings | null>; logger?: AppDeps['logger'] } = {},
 ): Promise<TestCoordinator> {
   const db = await createTestDatabase();
   const rootSecret = randomBytes(32).toString('base64url');
@@ -32,7 +33,13 @@ export async function startCoordinator(
   });
   const orm = await openDatabase({ url: db.url, poolMax: 5 });
   await migrate(orm);
-  const app = await buildApp({ config, orm, rootSecret, smtpSettings: opts.smtpSettings });
+  const app = await buildApp({
+    config,
+    orm,
+    rootSecret,
+    smtpSettings: opts.smtpSettings,
+    logger: opts.logger,
+  });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : 0;
@@ -112,6 +119,64 @@ export class Client {
   }
 }
 
+/** One coordinator for the file or describe that calls this (beforeAll/afterAll), started with `env`. */
+export function coordinatorFor(
+  env: Record<string, string> = {},
+  opts: Parameters<typeof startCoordinator>[1] = {},
+): { readonly current: TestCoordinator } {
+  let coord: TestCoordinator | undefined;
+  beforeAll(async () => {
+    coord = await startCoordinator(env, opts);
+  });
+  afterAll(async () => {
+    await coord?.close();
+  });
+  return {
+    get current() {
+      if (!coord) throw new Error('the coordinator is not started yet (use it inside a test or hook)');
+      return coord;
+    },
+  };
+}
+
+export interface CoordinatorWithAdmin {
+  readonly coord: TestCoordinator;
+  /** The first account, signed in: the coordinator's admin. */
+  readonly admin: Client;
+  readonly adminEmail: string;
+}
+
+/**
+ * One coordinator and its admin (the first account, signed in) for the file or describe that
+ * calls this (beforeAll/afterAll), started with `env`.
+ */
+export function coordinatorWithAdmin(env: Record<string, string> = {}): CoordinatorWithAdmin {
+  const coord = coordinatorFor(env);
+  let account: Awaited<ReturnType<typeof signUp>> | undefined;
+  beforeAll(async () => {
+    account = await signUp(coord.current.url);
+  });
+  const signedUp = () => {
+    if (!account) throw new Error('the admin is not signed up yet (use it inside a test or hook)');
+    return account;
+  };
+  return {
+    get coord() {
+      return coord.current;
+    },
+    get admin() {
+      return signedUp().client;
+    },
+    get adminEmail() {
+      return signedUp().email;
+    },
+  };
+}
+
+export function uniqueEmail(prefix = 'user') {
+  return `${prefix}-${randomBytes(4).toString('hex')}@example.com`;
+}
+
 let counter = 0;
 /** Registers a fresh account (the first one on a coordinator is its admin) and keeps its session. */
 export async function signUp(
@@ -135,3 +200,13 @@ export const sampleProject = (overrides: Record<string, unknown> = {}) => ({
   secrets: { API_KEY: 'sk-live-very-secret' },
   ...overrides,
 });
+
+/** Creates a project from `sampleProject(overrides)` as `client`, expecting 201; the whole answer. */
+export async function createProject(
+  client: Client,
+  overrides: Record<string, unknown> = {},
+): Promise<HttpResponse> {
+  const res = await client.post('/projects', sampleProject(overrides));
+  expect(res.status, res.text).toBe(201);
+  return res;
+}

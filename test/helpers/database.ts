@@ -1,21 +1,7 @@
 // A fresh database per test file, on the server named by DATABASE_URL (set by `npm test`, which
 // starts an embedded PostgreSQL when it is unset, or by CI).
 import { randomBytes } from 'node:crypto';
-import { createRequire } from 'node:module';
-
-// `pg` ships no type declarations (and @types/pg is not installed): the little used here is typed
-// locally and the CommonJS module is loaded with require.
-export interface PgClient {
-  connect(): Promise<void>;
-  query<Row = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<{ rows: Row[] }>;
-  end(): Promise<void>;
-  escapeIdentifier(name: string): string;
-  on(event: 'error', listener: (err: Error) => void): void;
-}
-interface PgModule {
-  Client: new (config: { connectionString: string }) => PgClient;
-}
-const pg = createRequire(import.meta.url)('pg') as PgModule;
+import pg from 'pg';
 
 export interface TestDatabase {
   /** Same server and credentials as DATABASE_URL, database deckhand_test_<random hex>. */
@@ -25,14 +11,14 @@ export interface TestDatabase {
 }
 
 /** A connected `pg` client for `url`; the caller ends it. */
-export async function connectPg(url: string): Promise<PgClient> {
+export async function connectPg(url: string): Promise<pg.Client> {
   const client = new pg.Client({ connectionString: url });
   client.on('error', () => undefined); // e.g. the server going away during a test's teardown
   await client.connect();
   return client;
 }
 
-async function withAdmin<T>(baseUrl: string, fn: (client: PgClient) => Promise<T>): Promise<T> {
+async function withAdmin<T>(baseUrl: string, fn: (client: pg.Client) => Promise<T>): Promise<T> {
   const client = await connectPg(baseUrl);
   try {
     return await fn(client);

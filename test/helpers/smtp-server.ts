@@ -1,7 +1,7 @@
 // A real SMTP server for tests (smtp-server on 127.0.0.1, a free port, no TLS) that keeps what it
 // receives. It can require credentials (535 on bad ones) and refuse recipients (550).
 
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, createServer } from 'node:net';
 import { SMTPServer } from 'smtp-server';
 
 export interface ReceivedMessage {
@@ -146,4 +146,14 @@ function parseSubject(raw: string): string {
           ).toString('utf8'),
     )
     .trim();
+}
+
+/** A port on 127.0.0.1 nothing listens on. */
+export async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  if (!address || typeof address === 'string') throw new Error('no port');
+  return address.port;
 }

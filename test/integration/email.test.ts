@@ -2,11 +2,10 @@
 // server. The main coordinator gets its SMTP settings from the environment (SMTP_URL), as in
 // production; a second one, whose settings the tests switch, covers "not configured" and an
 // unreachable server.
-import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SmtpSettings } from '../../coordinator/src/modules/mail/mailer.ts';
 import { Client, signUp, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
-import { startTestSmtpServer, type TestSmtpServer } from '../helpers/smtp-server.ts';
+import { closedPort, startTestSmtpServer, type TestSmtpServer } from '../helpers/smtp-server.ts';
 
 let smtp: TestSmtpServer;
 let coord: TestCoordinator;
@@ -38,16 +37,6 @@ afterAll(async () => {
   await switchable?.close();
   await smtp?.close();
 });
-
-/** A port on 127.0.0.1 nothing listens on. */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (!address || typeof address === 'string') throw new Error('no port');
-  return address.port;
-}
 
 /** Lets a message that should not have been sent arrive, if it was going to. */
 async function settle(): Promise<void> {

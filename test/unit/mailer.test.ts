@@ -1,4 +1,3 @@
-import { createServer } from 'node:net';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DomainError, UpstreamError } from '../../coordinator/src/modules/common/errors.ts';
@@ -8,7 +7,7 @@ import {
   type SmtpSettings,
   smtpSettingsFromEnv,
 } from '../../coordinator/src/modules/mail/mailer.ts';
-import { startTestSmtpServer, type TestSmtpServer } from '../helpers/smtp-server.ts';
+import { closedPort, startTestSmtpServer, type TestSmtpServer } from '../helpers/smtp-server.ts';
 
 const FROM = 'Deckhand <deckhand@test.local>';
 const USER = 'deckhand';
@@ -35,16 +34,6 @@ function capturingLogger() {
 function mailerFor(settings: SmtpSettings | null) {
   const logger = capturingLogger();
   return { mailer: new Mailer(async () => settings, logger.log), logger };
-}
-
-/** A port on 127.0.0.1 nothing listens on. */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (!address || typeof address === 'string') throw new Error('no port');
-  return address.port;
 }
 
 async function rejection(promise: Promise<unknown>): Promise<Error> {

@@ -133,7 +133,7 @@ describe('the step plan', () => {
 
   it('checks out the commit first, then runs each command in order', () => {
     expect(plan.map((s) => [s.index, s.kind, s.cmd])).toEqual([
-      [0, 'checkout', `git checkout --force ${'c'.repeat(40)}`],
+      [0, 'checkout', `git checkout --force --detach ${'c'.repeat(40)}`],
       [1, 'command', 'npm ci'],
       [2, 'command', 'npm test'],
       [3, 'command', 'npm run deploy'],

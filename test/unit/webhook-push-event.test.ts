@@ -1,5 +1,3 @@
-import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { describe, expect, it } from 'vitest';
 import {
   decidePush,
@@ -9,33 +7,15 @@ import {
   type WebhookDecision,
   webhookReply,
 } from '../../coordinator/src/modules/webhook/push-event.ts';
-
-type Payload = Record<string, unknown>;
-type ExampleGroup = { name: string; examples: Payload[] };
-
-/** GitHub's real example payloads, read from @octokit/webhooks-examples (never copied here). */
-function githubExamples(name: string): Payload[] {
-  const file = createRequire(import.meta.url).resolve('@octokit/webhooks-examples');
-  const groups = JSON.parse(readFileSync(file, 'utf8')) as ExampleGroup[];
-  const group = groups.find((candidate) => candidate.name === name);
-  if (!group || group.examples.length === 0)
-    throw new Error(`no ${name} examples in @octokit/webhooks-examples`);
-  return group.examples;
-}
-
-/** Trimmed from the push payloads in Gitea's and GitLab's webhook documentation. */
-function fixture(name: string): Payload {
-  return JSON.parse(
-    readFileSync(new URL(`../fixtures/webhooks/${name}`, import.meta.url), 'utf8'),
-  ) as Payload;
-}
-
-const pushes = githubExamples('push');
-const branchPush = pushes.find((p) => p.ref === 'refs/heads/master' && p.deleted === false)!;
-const tagPush = pushes.find((p) => p.ref === 'refs/tags/simple-tag' && p.created === true)!;
-const tagDelete = pushes.find((p) => p.ref === 'refs/tags/simple-tag' && p.deleted === true)!;
-const ping = githubExamples('ping')[0]!;
-const issues = githubExamples('issues')[0]!;
+import {
+  branchPush,
+  issues,
+  type Payload,
+  ping,
+  tagDelete,
+  tagPush,
+  webhookFixture,
+} from '../helpers/github-examples.ts';
 
 /** A real branch push turned into the deletion of another branch, as GitHub sends it. */
 function deletionOf(branch: string): Payload {
@@ -344,7 +324,7 @@ describe('decidePush on GitHub examples', () => {
 
 describe('decidePush on other forges', () => {
   it('deploys a Gitea push (pusher.login)', () => {
-    expect(decidePush('push', fixture('gitea-push.json'), 'develop')).toEqual({
+    expect(decidePush('push', webhookFixture('gitea-push.json'), 'develop')).toEqual({
       kind: 'deploy',
       branch: 'develop',
       commit: 'bffeb74224043ba2feb48d137756c8a9331c449a',
@@ -355,18 +335,20 @@ describe('decidePush on other forges', () => {
 
   it('deploys a GitLab push (user_username, message of the pushed commit)', () => {
     const meta = readDeliveryMeta({ 'x-gitlab-event': 'Push Hook' });
-    expect(decidePush(meta.event, fixture('gitlab-push.json'), 'master')).toEqual({
+    expect(decidePush(meta.event, webhookFixture('gitlab-push.json'), 'master')).toEqual({
       kind: 'deploy',
       branch: 'master',
       commit: 'da1560886d4f094c3e6c9ef40349f7d38b5d27d7',
       pusher: 'jsmith',
       message: 'fixed readme',
     });
-    expect(decidePush('Push Hook', fixture('gitlab-push.json'), 'master')).toMatchObject({ kind: 'deploy' });
+    expect(decidePush('Push Hook', webhookFixture('gitlab-push.json'), 'master')).toMatchObject({
+      kind: 'deploy',
+    });
   });
 
   it("falls back to GitLab's checkout_sha and user_name", () => {
-    const { after: _after, user_username: _username, ...payload } = fixture('gitlab-push.json');
+    const { after: _after, user_username: _username, ...payload } = webhookFixture('gitlab-push.json');
     expect(decidePush('push', payload, 'master')).toEqual({
       kind: 'deploy',
       branch: 'master',
@@ -378,7 +360,7 @@ describe('decidePush on other forges', () => {
 
   it('ignores a GitLab branch deletion (after all zeros, checkout_sha null)', () => {
     const payload = {
-      ...fixture('gitlab-push.json'),
+      ...webhookFixture('gitlab-push.json'),
       after: '0000000000000000000000000000000000000000',
       checkout_sha: null,
       commits: [],
@@ -392,7 +374,7 @@ describe('decidePush on other forges', () => {
   it('ignores a GitLab tag push event as an event', () => {
     const meta = readDeliveryMeta({ 'x-gitlab-event': 'Tag Push Hook' });
     expect(
-      decidePush(meta.event, { ...fixture('gitlab-push.json'), ref: 'refs/tags/v1.0' }, 'master'),
+      decidePush(meta.event, { ...webhookFixture('gitlab-push.json'), ref: 'refs/tags/v1.0' }, 'master'),
     ).toEqual({
       kind: 'ignored-event',
       event: 'Tag Push Hook',

@@ -1,30 +1,18 @@
 import { createHmac } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { sign, verify } from '@octokit/webhooks-methods';
 import { describe, expect, it } from 'vitest';
 import {
   signHubSignature256,
   verifyHubSignature256,
 } from '../../coordinator/src/modules/webhook/signature.ts';
+import { pushes } from '../helpers/github-examples.ts';
 
 // GitHub's published test vector (docs: "Validating webhook deliveries").
 const VECTOR_SECRET = "It's a Secret to Everybody";
 const VECTOR_PAYLOAD = 'Hello, World!';
 const VECTOR_SIGNATURE = 'sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17';
 
-type ExampleGroup = { name: string; examples: Record<string, unknown>[] };
-
-/** GitHub's real push example payloads, read from @octokit/webhooks-examples. */
-function githubPushExamples(): Record<string, unknown>[] {
-  const file = createRequire(import.meta.url).resolve('@octokit/webhooks-examples');
-  const groups = JSON.parse(readFileSync(file, 'utf8')) as ExampleGroup[];
-  const push = groups.find((group) => group.name === 'push');
-  if (!push) throw new Error('no push examples in @octokit/webhooks-examples');
-  return push.examples;
-}
-
-const pushBodies = githubPushExamples().map((example) => JSON.stringify(example));
+const pushBodies = pushes.map((example) => JSON.stringify(example));
 
 describe('signHubSignature256', () => {
   it("matches GitHub's published test vector", () => {

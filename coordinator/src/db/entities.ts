@@ -1,7 +1,7 @@
 // Every entity the ORM knows, in one list (no folder scanning: what runs is what is imported).
 import { Agent } from '../modules/agent/agent.entity.ts';
 import { AuditEvent } from '../modules/audit/audit-event.entity.ts';
-import { Deployment, LogChunk, LogEntry } from '../modules/deployment/deployment.entity.ts';
+import { Deployment, DeploymentJob, LogChunk, LogEntry } from '../modules/deployment/deployment.entity.ts';
 import { Project } from '../modules/project/project.entity.ts';
 import { Session, User } from '../modules/user/user.entity.ts';
 import { WebhookDelivery } from '../modules/webhook/webhook-delivery.entity.ts';
@@ -12,6 +12,7 @@ export const entities = [
   Project,
   Agent,
   Deployment,
+  DeploymentJob,
   LogEntry,
   LogChunk,
   AuditEvent,

@@ -2,9 +2,14 @@
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
+import type { Logger } from 'pino';
+import { AgentHub } from '../modules/agent/agent-hub.ts';
 import { AgentService } from '../modules/agent/agent.service.ts';
 import type { SecretBox } from '../modules/common/crypto.ts';
+import { type DeploymentEvents, InProcessDeploymentEvents } from '../modules/deployment/deployment-events.ts';
 import { DeploymentService } from '../modules/deployment/deployment.service.ts';
+import { JobService } from '../modules/deployment/job.service.ts';
+import { Scheduler } from '../modules/deployment/scheduler.ts';
 import type { Mailer } from '../modules/mail/mailer.ts';
 import { ProjectService } from '../modules/project/project.service.ts';
 import { type RegistrationPolicy, UserService } from '../modules/user/user.service.ts';
@@ -12,6 +17,10 @@ import { WebhookService } from '../modules/webhook/webhook.service.ts';
 
 export interface Services {
   orm: MikroORM;
+  events: DeploymentEvents;
+  jobs: JobService;
+  hub: AgentHub;
+  scheduler: Scheduler;
   users: UserService;
   projects: ProjectService;
   agents: AgentService;
@@ -28,6 +37,11 @@ declare module 'fastify' {
 
 export interface ServiceOptions {
   orm: MikroORM;
+  log: Logger;
+  /** Identifies this coordinator process (agent presence). */
+  processId: string;
+  agentHeartbeatMs: number;
+  schedulerIntervalMs: number;
   box: SecretBox;
   mailer: Mailer;
   registration: RegistrationPolicy;
@@ -38,15 +52,59 @@ export interface ServiceOptions {
 export function createServices(o: ServiceOptions): Services {
   const users = new UserService(o.orm, o.registration, o.sessionTtlMs);
   const projects = new ProjectService(o.orm, o.box, (id) => `${o.publicUrl()}/webhook/${id}`);
-  const agents = new AgentService(o.orm);
-  const deployments = new DeploymentService(o.orm, agents);
+  const agents = new AgentService(o.orm, 3 * o.agentHeartbeatMs);
+  const events = new InProcessDeploymentEvents();
+  const jobs = new JobService(o.orm, events, o.box, projects);
+  // The hub and the scheduler wake each other: an agent coming online may start a queued
+  // deployment; a started deployment has jobs to send.
+  const hub: AgentHub = new AgentHub({
+    agents,
+    jobs,
+    processId: o.processId,
+    heartbeatMs: o.agentHeartbeatMs,
+    onAgentOnline: () => scheduler.nudge(),
+    log: o.log.child({ component: 'agent-hub' }),
+  });
+  const scheduler: Scheduler = new Scheduler({
+    orm: o.orm,
+    agents,
+    projects,
+    events,
+    dispatch: () => hub.dispatch(),
+    log: o.log.child({ component: 'scheduler' }),
+    intervalMs: o.schedulerIntervalMs,
+  });
+  agents.onRevoked = (id) => hub.revoke(id);
+  jobs.onDeploymentFinished = () => scheduler.nudge();
+  const deployments = new DeploymentService(o.orm, agents, events, () => scheduler.nudge());
   const webhooks = new WebhookService(o.orm, projects, deployments);
-  return { orm: o.orm, users, projects, agents, deployments, webhooks, mailer: o.mailer };
+  return {
+    orm: o.orm,
+    users,
+    projects,
+    agents,
+    deployments,
+    webhooks,
+    mailer: o.mailer,
+    events,
+    jobs,
+    hub,
+    scheduler,
+  };
 }
 
 export default fp(
   async (app: FastifyInstance, services: Services) => {
     app.decorate('services', services);
+    // Background work runs while the app serves, and stops before the database closes.
+    app.addHook('onReady', async () => {
+      services.hub.start();
+      services.scheduler.start();
+    });
+    app.addHook('preClose', async () => {
+      await services.scheduler.stop();
+      await services.hub.stop();
+    });
   },
   { name: 'services' },
 );

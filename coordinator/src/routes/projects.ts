@@ -101,6 +101,22 @@ export default async function projectRoutes(instance: FastifyInstance) {
     },
   );
 
+  app.post(
+    '/projects/:id/deploy-key/rotate',
+    {
+      config: { auth: 'admin' },
+      schema: {
+        tags: ['projects'],
+        params: IdParams,
+        response: { 200: Ok({ project: ProjectJson }), ...errors(401, 403, 404) },
+      },
+    },
+    async (request) => ({
+      success: true as const,
+      project: await projects.rotateDeployKey(request.params.id, requireActor(request)),
+    }),
+  );
+
   app.get(
     '/projects/:id/webhook',
     {

@@ -23,7 +23,11 @@ export const JobAssign = Type.Object({
   type: Type.Literal('job.assign'),
   jobId: Id,
   deploymentId: Id,
-  project: Type.Object({ id: Id, name: Type.String() }),
+  /** The name is the project's folder on the host: a plain folder name. */
+  project: Type.Object({
+    id: Id,
+    name: Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*$', maxLength: 100 }),
+  }),
   repository: Type.Object({
     url: Type.String(),
     branch: Type.String(),

@@ -23,11 +23,71 @@ export interface AgentJson {
 
 export class AgentService {
   readonly #orm: MikroORM;
+  /** How long after its last sign of life a connected agent still counts as online. */
+  readonly #onlineWindowMs: number;
   /** Called after an agent is deleted, so a live connection can be closed. */
   onRevoked: (agentId: string) => void = () => {};
 
-  constructor(orm: MikroORM) {
+  constructor(orm: MikroORM, onlineWindowMs: number) {
     this.#orm = orm;
+    this.#onlineWindowMs = onlineWindowMs;
+  }
+
+  /**
+   * Online: held by a coordinator process that saw it recently. The time check covers a process
+   * that died without clearing its agents.
+   */
+  isOnline(agent: IAgent): boolean {
+    return (
+      agent.connectedTo !== null &&
+      agent.connectedTo !== undefined &&
+      agent.lastSeenAt !== null &&
+      agent.lastSeenAt !== undefined &&
+      Date.now() - agent.lastSeenAt.getTime() < this.#onlineWindowMs
+    );
+  }
+
+  /** The agent a token belongs to, or null for an unknown or revoked token. */
+  async authenticate(token: string): Promise<IAgent | null> {
+    if (!token.startsWith(AGENT_TOKEN_PREFIX)) return null;
+    return this.#orm.em.fork().findOne(Agent, { tokenHash: hashToken(token) });
+  }
+
+  /** Presence: this process holds the agent's connection now. */
+  async connected(
+    agentId: string,
+    processId: string,
+    hello: { agentVersion: string; hostname: string; labels: string[] },
+  ): Promise<IAgent> {
+    const em = this.#orm.em.fork();
+    const agent = await em.findOneOrFail(Agent, { id: agentId });
+    const now = new Date();
+    agent.connectedTo = processId;
+    agent.connectedAt = now;
+    agent.lastSeenAt = now;
+    agent.version = hello.agentVersion.slice(0, 64);
+    agent.hostname = hello.hostname.slice(0, 255);
+    // Labels are the admin's to set; an agent registered without any adopts those it declares.
+    if (agent.labels.length === 0 && hello.labels.length > 0) agent.labels = [...new Set(hello.labels)];
+    await em.flush();
+    return agent;
+  }
+
+  async seen(agentIds: string[], processId: string): Promise<void> {
+    if (agentIds.length === 0) return;
+    await this.#orm.em
+      .fork()
+      .nativeUpdate(Agent, { id: { $in: agentIds }, connectedTo: processId }, { lastSeenAt: new Date() });
+  }
+
+  async disconnected(agentId: string, processId: string): Promise<void> {
+    await this.#orm.em
+      .fork()
+      .nativeUpdate(
+        Agent,
+        { id: agentId, connectedTo: processId },
+        { connectedTo: null, lastSeenAt: new Date() },
+      );
   }
 
   toJson(agent: IAgent): AgentJson {
@@ -35,7 +95,7 @@ export class AgentService {
       id: agent.id,
       name: agent.name,
       labels: agent.labels,
-      online: agent.connectedTo !== null,
+      online: this.isOnline(agent),
       version: agent.version ?? null,
       last_seen_at: isoOrNull(agent.lastSeenAt),
     };

@@ -3,6 +3,7 @@
 // project later never changes a deployment already queued.
 import { defineEntity, type InferEntity, p } from '@mikro-orm/core';
 import { baseProperties, timestamp } from '../common/base.entity.ts';
+import { Agent } from '../agent/agent.entity.ts';
 import { Project, type Target } from '../project/project.entity.ts';
 
 export const DEPLOYMENT_STATUSES = [
@@ -39,6 +40,24 @@ export interface DeploymentSnapshot {
 export const Deployment = defineEntity({
   name: 'Deployment',
   tableName: 'deployments',
+  indexes: [
+    {
+      name: 'deployments_project_started_index',
+      expression:
+        'create index "deployments_project_started_index" on "deployments" ("project_id", "started_at" desc)',
+    },
+    {
+      name: 'deployments_started_index',
+      expression: 'create index "deployments_started_index" on "deployments" ("started_at" desc)',
+    },
+  ],
+  uniques: [
+    {
+      // One running deployment per project, guaranteed by the database.
+      name: 'deployments_one_running_per_project',
+      expression: `create unique index "deployments_one_running_per_project" on "deployments" ("project_id") where "status" = 'running'`,
+    },
+  ],
   properties: {
     ...baseProperties,
     project: () => p.manyToOne(Project).deleteRule('cascade').index(),
@@ -57,9 +76,54 @@ export const Deployment = defineEntity({
 });
 export type IDeployment = InferEntity<typeof Deployment>;
 
+export const JOB_STATUSES = [
+  'pending',
+  'sent',
+  'running',
+  'success',
+  'failed',
+  'cancelled',
+  'timed_out',
+  'abandoned',
+] as const;
+export type JobStatus = (typeof JOB_STATUSES)[number];
+
+/** One host's part of a deployment: the job an agent is given. */
+export const DeploymentJob = defineEntity({
+  name: 'DeploymentJob',
+  tableName: 'deployment_jobs',
+  indexes: [
+    { properties: ['agent', 'status'] },
+    {
+      name: 'deployment_jobs_pending_index',
+      expression: `create index "deployment_jobs_pending_index" on "deployment_jobs" ("agent_id") where "status" = 'pending'`,
+    },
+  ],
+  properties: {
+    ...baseProperties,
+    deployment: () => p.manyToOne(Deployment).deleteRule('cascade').index(),
+    agent: () => p.manyToOne(Agent).deleteRule('set null').nullable(),
+    host: p.string().length(255),
+    status: p.string().length(16).$type<JobStatus>(),
+    reason: p.text().nullable(),
+    sentAt: timestamp().nullable(),
+    startedAt: timestamp().nullable(),
+    finishedAt: timestamp().nullable(),
+  },
+});
+export type IDeploymentJob = InferEntity<typeof DeploymentJob>;
+
 export const LogEntry = defineEntity({
   name: 'LogEntry',
   tableName: 'log_entries',
+  uniques: [{ properties: ['deployment', 'host', 'seq'] }],
+  indexes: [
+    {
+      name: 'log_entries_order_index',
+      expression:
+        'create index "log_entries_order_index" on "log_entries" ("deployment_id", "started_at", "seq")',
+    },
+  ],
   properties: {
     ...baseProperties,
     deployment: () => p.manyToOne(Deployment).deleteRule('cascade').index(),

@@ -11,6 +11,7 @@ import { BadRequestError, NotFoundError } from '../common/errors.ts';
 import { iso, isoOrNull } from '../common/schemas.ts';
 import type { IProject } from '../project/project.entity.ts';
 import { isUuid } from '../project/project.service.ts';
+import type { DeploymentEvents } from './deployment-events.ts';
 import { Deployment, type DeploymentStatus, type IDeployment, type Trigger } from './deployment.entity.ts';
 
 export interface TriggerInput {
@@ -68,10 +69,15 @@ const COMMIT = /^[0-9a-f]{7,64}$/i;
 export class DeploymentService {
   readonly #orm: MikroORM;
   readonly #agents: AgentService;
+  readonly #events: DeploymentEvents;
+  readonly #queued: () => void;
 
-  constructor(orm: MikroORM, agents: AgentService) {
+  /** `queued` is called after a deployment is stored (it wakes the scheduler). */
+  constructor(orm: MikroORM, agents: AgentService, events: DeploymentEvents, queued: () => void) {
     this.#orm = orm;
     this.#agents = agents;
+    this.#events = events;
+    this.#queued = queued;
   }
 
   toJson(d: IDeployment): DeploymentJson {
@@ -92,7 +98,15 @@ export class DeploymentService {
 
   /** Stores a queued deployment; nothing runs inside the caller's request. */
   async trigger(input: TriggerInput): Promise<DeploymentJson> {
-    return this.#orm.em.fork().transactional((em) => this.triggerIn(em, input));
+    const deployment = await this.#orm.em.fork().transactional((em) => this.triggerIn(em, input));
+    this.queued(deployment.id);
+    return deployment;
+  }
+
+  /** After the transaction that stored a deployment committed: viewers and the scheduler learn of it. */
+  queued(deploymentId: string): void {
+    this.#events.changed(deploymentId);
+    this.#queued();
   }
 
   /** The same, inside a transaction the caller owns (the webhook records its delivery with it). */
@@ -225,7 +239,7 @@ export class DeploymentService {
           : `named ${target.agents.names.join(', ')}`;
       return { hosts: [], reason: `Waiting for an agent ${what}: none is registered` };
     }
-    const offline = agents.filter((a) => a.connectedTo === null).map((a) => a.name);
+    const offline = agents.filter((a) => !this.#agents.isOnline(a)).map((a) => a.name);
     const names = agents.map((a) => a.name);
     return {
       hosts: names,

@@ -7,6 +7,7 @@ export type AgentTarget = { agents: { labels: string[] } } | { agents: { names: 
 export interface SshTarget {
   ssh: { host: string; port: number; username: string; host_key_fingerprint: string };
 }
+export type CheckoutCredentials = 'deploy_key' | 'host';
 /** What a project stores as its target; an SSH private key lives encrypted beside it. */
 export type Target = AgentTarget | SshTarget;
 
@@ -26,6 +27,14 @@ export const Project = defineEntity({
     secretsEncrypted: p.text().nullable().hidden(),
     sshPrivateKeyEncrypted: p.text().nullable().hidden(),
     webhookSecretEncrypted: p.text().hidden(),
+    /** The project's deploy key: its public half is shown for the forge, the private half encrypted. */
+    // Nullable: projects created before deploy keys existed get theirs on first use.
+    deployKeyPublic: p.text().nullable(),
+    deployKeyPrivateEncrypted: p.text().nullable().hidden(),
+    /** `deploy_key`: checkouts over ssh use the deploy key; `host`: the host's own git credentials. */
+    checkoutCredentials: p.string().length(16).$type<CheckoutCredentials>().default('deploy_key'),
+    /** known_hosts lines for the forge; unset: the host's own known_hosts. Checked strictly either way. */
+    forgeKnownHosts: p.text().nullable(),
     updatedAt: timestamp()
       .onCreate(() => new Date())
       .onUpdate(() => new Date()),

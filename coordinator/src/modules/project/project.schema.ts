@@ -68,6 +68,14 @@ export const SshTargetInput = Type.Object(
 export const TargetInput = Type.Union([AgentTargetSchema, SshTargetInput]);
 export type TargetInput = Static<typeof TargetInput>;
 
+export const CheckoutInput = Type.Object(
+  {
+    credentials: Type.Optional(Type.Enum(['deploy_key', 'host'])),
+    known_hosts: Type.Optional(Type.Union([Type.String({ maxLength: 65_536 }), Type.Null()])),
+  },
+  { additionalProperties: false },
+);
+
 export const CreateProjectBody = Type.Object({
   name: ProjectName,
   forge_url: ForgeUrl,
@@ -77,6 +85,7 @@ export const CreateProjectBody = Type.Object({
   env: Type.Optional(EnvMap),
   secrets: Type.Optional(EnvMap),
   webhook_secret: Type.Optional(Type.String({ minLength: 16, maxLength: 256 })),
+  checkout: Type.Optional(CheckoutInput),
 });
 export type CreateProjectBody = Static<typeof CreateProjectBody>;
 
@@ -88,6 +97,7 @@ export const UpdateProjectBody = Type.Object({
   target: Type.Optional(TargetInput),
   env: Type.Optional(EnvMap),
   secrets: Type.Optional(SecretsPatch),
+  checkout: Type.Optional(CheckoutInput),
 });
 export type UpdateProjectBody = Static<typeof UpdateProjectBody>;
 
@@ -103,6 +113,13 @@ export const ProjectJson = Type.Object({
   }),
   env: Type.Record(Type.String(), Type.String()),
   secret_keys: Type.Array(Type.String()),
+  checkout: Type.Object({
+    credentials: Type.Enum(['deploy_key', 'host']),
+    known_hosts: Type.Union([Type.String(), Type.Null()]),
+  }),
+  deploy_key: Type.Object({
+    public_key: Type.String({ description: 'Add it to the forge as a read-only deploy key' }),
+  }),
   created_at: Timestamp,
   updated_at: NullableTimestamp,
 });

@@ -1,6 +1,7 @@
 // Projects: create, read, update, delete, and the webhook secret (shown on creation, rotation and
 // to admins on request; encrypted at rest). Secret values are write-only: only their names leave.
 import { randomBytes } from 'node:crypto';
+import ssh2 from 'ssh2';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { UniqueConstraintViolationException } from '@mikro-orm/postgresql';
 import { recordAudit } from '../audit/audit.service.ts';
@@ -11,6 +12,8 @@ import { iso } from '../common/schemas.ts';
 import { Deployment } from '../deployment/deployment.entity.ts';
 import { type IProject, Project, type Target } from './project.entity.ts';
 import type { CreateProjectBody, ProjectJson, TargetInput, UpdateProjectBody } from './project.schema.ts';
+
+const sshUtils = ssh2.utils;
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export const isUuid = (v: unknown): v is string => typeof v === 'string' && UUID.test(v);
@@ -36,6 +39,8 @@ export class ProjectService {
       target: project.target,
       env: project.env,
       secret_keys: project.secretKeys,
+      checkout: { credentials: project.checkoutCredentials, known_hosts: project.forgeKnownHosts ?? null },
+      deploy_key: { public_key: project.deployKeyPublic ?? '' },
       created_at: iso(project.createdAt),
       updated_at: iso(project.updatedAt),
     };
@@ -61,6 +66,9 @@ export class ProjectService {
             input.secrets && Object.keys(input.secrets).length ? this.#box.encryptJson(input.secrets) : null,
           sshPrivateKeyEncrypted: target.privateKeyEncrypted,
           webhookSecretEncrypted: this.#box.encrypt(secret),
+          ...this.#newDeployKey(),
+          checkoutCredentials: input.checkout?.credentials ?? 'deploy_key',
+          forgeKnownHosts: input.checkout?.known_hosts ?? null,
         });
         recordAudit(em, actor, 'project.create', { type: 'project', id: project.id }, { name: project.name });
         await em.flush();
@@ -97,6 +105,9 @@ export class ProjectService {
         if (input.branch_name !== undefined) project.branchName = input.branch_name;
         if (input.commands !== undefined) project.commands = input.commands;
         if (input.env !== undefined) project.env = input.env;
+        if (input.checkout?.credentials !== undefined)
+          project.checkoutCredentials = input.checkout.credentials;
+        if (input.checkout?.known_hosts !== undefined) project.forgeKnownHosts = input.checkout.known_hosts;
         if (input.target !== undefined) {
           const target = this.#target(input.target, project.sshPrivateKeyEncrypted ?? null);
           project.target = target.target;
@@ -151,6 +162,35 @@ export class ProjectService {
       recordAudit(em, actor, 'project.webhook_rotate', { type: 'project', id: project.id });
     });
     return { url: this.#webhookUrl(id), secret };
+  }
+
+  /** Replaces the deploy key; the new public half must be added to the forge. */
+  async rotateDeployKey(id: string, actor: Actor): Promise<ProjectJson> {
+    return this.#orm.em.fork().transactional(async (em) => {
+      const project = await this.#find(id, em);
+      Object.assign(project, this.#newDeployKey());
+      recordAudit(em, actor, 'project.deploy_key_rotate', { type: 'project', id: project.id });
+      await em.flush();
+      return this.toJson(project);
+    });
+  }
+
+  /** The private deploy key for a checkout, generating one for projects older than deploy keys. */
+  async deployKey(project: IProject): Promise<string> {
+    if (!project.deployKeyPrivateEncrypted) {
+      const key = this.#newDeployKey();
+      await this.#orm.em
+        .fork()
+        .nativeUpdate(Project, { id: project.id, deployKeyPrivateEncrypted: null }, key);
+      const fresh = await this.#orm.em.fork().findOneOrFail(Project, { id: project.id });
+      return this.#box.decrypt(fresh.deployKeyPrivateEncrypted!);
+    }
+    return this.#box.decrypt(project.deployKeyPrivateEncrypted);
+  }
+
+  #newDeployKey(): { deployKeyPublic: string; deployKeyPrivateEncrypted: string } {
+    const pair = sshUtils.generateKeyPairSync('ed25519', { comment: 'deckhand deploy key' });
+    return { deployKeyPublic: pair.public, deployKeyPrivateEncrypted: this.#box.encrypt(pair.private) };
   }
 
   async #find(id: string, em = this.#orm.em.fork()): Promise<IProject> {

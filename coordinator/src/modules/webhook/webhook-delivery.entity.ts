@@ -8,6 +8,12 @@ import { Project } from '../project/project.entity.ts';
 export const WebhookDelivery = defineEntity({
   name: 'WebhookDelivery',
   tableName: 'webhook_deliveries',
+  uniques: [
+    {
+      name: 'webhook_deliveries_handled_unique',
+      expression: `create unique index "webhook_deliveries_handled_unique" on "webhook_deliveries" ("project_id", "delivery_id") where "decision" = 'deployed' and "delivery_id" is not null`,
+    },
+  ],
   properties: {
     ...baseProperties,
     project: () => p.manyToOne(Project).deleteRule('cascade').index(),

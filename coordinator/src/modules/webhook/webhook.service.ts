@@ -122,7 +122,7 @@ export class WebhookService {
   ): Promise<WebhookResult> {
     const deploymentId = randomUUID();
     const triggered = webhookReply({ kind: 'deploy', ...decision });
-    return this.#orm.em.fork().transactional(async (em) => {
+    const result: WebhookResult = await this.#orm.em.fork().transactional(async (em) => {
       // Claim the delivery id first: the partial unique index makes a concurrent or repeated
       // delivery of the same id lose here, inside the transaction, so it never deploys twice.
       const claimed = await em.execute<Array<{ id: string }>>(
@@ -172,5 +172,7 @@ export class WebhookService {
       });
       return { ...triggered, deploymentId };
     });
+    if (result.deploymentId) this.#deployments.queued(result.deploymentId);
+    return result;
   }
 }

@@ -1,0 +1,240 @@
+// The agent hub: the WebSocket connections of the agents this coordinator process holds. It runs
+// the handshake (hello → welcome, or reject on a protocol mismatch), keeps presence in PostgreSQL,
+// pings each connection and drops a silent one, sends pending jobs to the agents it holds, and
+// hands each job message — in order, one at a time per connection — to the job service. A bad
+// frame or a rule broken by one agent closes that connection with a documented code; nothing
+// else is affected. The lifecycle is written down in protocol/src/lifecycle.ts.
+import {
+  type AgentMessage,
+  CloseCode,
+  type CoordinatorMessage,
+  decodeAgentFrame,
+  encodeFrame,
+  type Hello,
+  PROTOCOL_VERSION,
+} from '@deckhand/protocol';
+import type { Logger } from 'pino';
+import type { WebSocket } from 'ws';
+import { type JobService, ProtocolViolation } from '../deployment/job.service.ts';
+import type { IAgent } from './agent.entity.ts';
+import type { AgentService } from './agent.service.ts';
+
+export interface AgentHubOptions {
+  agents: AgentService;
+  jobs: JobService;
+  /** Identifies this coordinator process in the agents' presence rows. */
+  processId: string;
+  heartbeatMs: number;
+  /** Called when an agent comes online (the scheduler may now start what waited for it). */
+  onAgentOnline: () => void;
+  log: Logger;
+}
+
+const HELLO_TIMEOUT_MS = 10_000;
+
+class Connection {
+  readonly socket: WebSocket;
+  readonly agent: IAgent;
+  welcomed = false;
+  alive = true;
+  /** Job messages are handled strictly in order. */
+  queue: Promise<void> = Promise.resolve();
+
+  constructor(socket: WebSocket, agent: IAgent) {
+    this.socket = socket;
+    this.agent = agent;
+  }
+
+  send(message: CoordinatorMessage): void {
+    if (this.socket.readyState === this.socket.OPEN) this.socket.send(encodeFrame(message));
+  }
+
+  close(code: number, reason: string): void {
+    // Close reasons are limited to 123 bytes.
+    if (this.socket.readyState === this.socket.OPEN || this.socket.readyState === this.socket.CONNECTING) {
+      this.socket.close(code, Buffer.from(reason).subarray(0, 123).toString());
+    }
+  }
+}
+
+export class AgentHub {
+  readonly #o: AgentHubOptions;
+  readonly #connections = new Map<string, Connection>();
+  #heartbeat: NodeJS.Timeout | undefined;
+
+  constructor(options: AgentHubOptions) {
+    this.#o = options;
+  }
+
+  get heartbeatMs(): number {
+    return this.#o.heartbeatMs;
+  }
+
+  start(): void {
+    this.#heartbeat = setInterval(() => void this.#beat(), this.#o.heartbeatMs);
+    this.#heartbeat.unref();
+  }
+
+  /** Closes every connection with GOING_AWAY (agents reconnect, here or to another replica). */
+  async stop(): Promise<void> {
+    clearInterval(this.#heartbeat);
+    const all = [...this.#connections.values()];
+    for (const c of all) c.close(CloseCode.GOING_AWAY, 'coordinator shutting down');
+    await Promise.allSettled(all.map((c) => c.queue));
+    await Promise.allSettled(all.map((c) => this.#o.agents.disconnected(c.agent.id, this.#o.processId)));
+    this.#connections.clear();
+  }
+
+  connectedAgentIds(): string[] {
+    return [...this.#connections.values()].filter((c) => c.welcomed).map((c) => c.agent.id);
+  }
+
+  /** A revoked agent's live connection is closed at once. */
+  revoke(agentId: string): void {
+    this.#connections.get(agentId)?.close(CloseCode.UNAUTHORIZED, 'this agent was revoked');
+  }
+
+  accept(socket: WebSocket, agent: IAgent): void {
+    const conn = new Connection(socket, agent);
+    const log = this.#o.log.child({ agent: agent.name });
+    const helloTimer = setTimeout(() => conn.close(CloseCode.BAD_FRAME, 'expected hello'), HELLO_TIMEOUT_MS);
+    socket.on('pong', () => {
+      conn.alive = true;
+    });
+    socket.on('message', (data, isBinary) => {
+      conn.alive = true;
+      const decoded = decodeAgentFrame(isBinary ? null : data);
+      if (!decoded.ok) {
+        log.warn({ error: decoded.error }, 'bad frame from agent: closing its connection');
+        conn.close(decoded.code, decoded.error);
+        return;
+      }
+      const message = decoded.message;
+      if (!conn.welcomed && message.type !== 'hello') {
+        conn.close(CloseCode.BAD_FRAME, `expected hello, got ${message.type}`);
+        return;
+      }
+      conn.queue = conn.queue.then(() =>
+        this.#handle(conn, message).catch((err) => {
+          if (err instanceof ProtocolViolation) {
+            log.warn({ error: err.message }, 'agent broke the protocol: closing its connection');
+            conn.close(CloseCode.BAD_FRAME, err.message);
+          } else {
+            // Our failure (e.g. the database): the agent keeps its unacknowledged output and
+            // re-sends it when it reconnects.
+            log.error({ err }, 'could not handle an agent message: closing the connection');
+            conn.close(CloseCode.GOING_AWAY, 'coordinator error, reconnect');
+          }
+        }),
+      );
+      if (message.type === 'hello') clearTimeout(helloTimer);
+    });
+    socket.on('close', () => {
+      clearTimeout(helloTimer);
+      if (this.#connections.get(agent.id) === conn) {
+        this.#connections.delete(agent.id);
+        void conn.queue
+          .then(() => this.#o.agents.disconnected(agent.id, this.#o.processId))
+          .catch((err) => log.error({ err }, 'could not record the agent as offline'));
+        log.info('agent disconnected');
+      }
+    });
+    socket.on('error', (err) => log.warn({ err }, 'agent connection error'));
+  }
+
+  async #handle(conn: Connection, message: AgentMessage): Promise<void> {
+    const { jobs } = this.#o;
+    const agentId = conn.agent.id;
+    switch (message.type) {
+      case 'hello':
+        return this.#hello(conn, message);
+      case 'job.accepted':
+        return jobs.accepted(agentId, message.jobId);
+      case 'step.started':
+        return jobs.stepStarted(agentId, message.jobId, message.step, message.cmd);
+      case 'step.output': {
+        const offset = await jobs.output(
+          agentId,
+          message.jobId,
+          message.step,
+          message.offset,
+          Buffer.from(message.data, 'base64'),
+        );
+        conn.send({ type: 'output.ack', jobId: message.jobId, step: message.step, offset });
+        return;
+      }
+      case 'step.finished':
+        return jobs.stepFinished(agentId, message.jobId, message.step, message);
+      case 'job.finished':
+        return jobs.jobFinished(agentId, message.jobId, message.status, message.reason);
+    }
+  }
+
+  async #hello(conn: Connection, hello: Hello): Promise<void> {
+    if (conn.welcomed) throw new ProtocolViolation('hello sent twice');
+    if (hello.protocolVersion !== PROTOCOL_VERSION) {
+      const reason =
+        hello.protocolVersion < PROTOCOL_VERSION
+          ? `This agent speaks protocol ${hello.protocolVersion}; the coordinator speaks ${PROTOCOL_VERSION}. Upgrade the agent to the coordinator's version.`
+          : `This agent speaks protocol ${hello.protocolVersion}; the coordinator speaks ${PROTOCOL_VERSION}. Upgrade the coordinator, or run an agent of its version.`;
+      conn.send({ type: 'reject', reason });
+      conn.close(CloseCode.VERSION_MISMATCH, `protocol ${hello.protocolVersion} is not ${PROTOCOL_VERSION}`);
+      return;
+    }
+    // A newer connection of the same agent wins.
+    const previous = this.#connections.get(conn.agent.id);
+    if (previous && previous !== conn) previous.close(CloseCode.REPLACED, 'replaced by a newer connection');
+    this.#connections.set(conn.agent.id, conn);
+    const agent = await this.#o.agents.connected(conn.agent.id, this.#o.processId, hello);
+    conn.welcomed = true;
+    conn.send({
+      type: 'welcome',
+      agentId: agent.id,
+      agentName: agent.name,
+      protocolVersion: PROTOCOL_VERSION,
+      heartbeatMs: this.#o.heartbeatMs,
+    });
+    this.#o.log.info(
+      { agent: agent.name, version: hello.agentVersion, hostname: hello.hostname },
+      'agent connected',
+    );
+    await this.#o.jobs.agentReconnected(
+      agent.id,
+      hello.runningJobs.map((j) => j.jobId),
+    );
+    this.#o.onAgentOnline();
+    await this.dispatch();
+  }
+
+  /** Sends the pending jobs of the agents connected here. */
+  async dispatch(): Promise<void> {
+    const claimed = await this.#o.jobs.claimPending(this.connectedAgentIds());
+    for (const { agentId, assign } of claimed) {
+      const conn = this.#connections.get(agentId);
+      if (conn) conn.send(assign);
+      this.#o.log.info(
+        { agent: conn?.agent.name, job: assign.jobId, deployment: assign.deploymentId },
+        'job sent',
+      );
+    }
+  }
+
+  async #beat(): Promise<void> {
+    for (const conn of this.#connections.values()) {
+      if (!conn.alive) {
+        this.#o.log.warn({ agent: conn.agent.name }, 'agent silent for a heartbeat: dropping its connection');
+        conn.socket.terminate();
+        continue;
+      }
+      conn.alive = false;
+      conn.socket.ping();
+    }
+    try {
+      await this.#o.agents.seen(this.connectedAgentIds(), this.#o.processId);
+      // Pending jobs can also come from another replica's scheduler.
+      await this.dispatch();
+    } catch (err) {
+      this.#o.log.error({ err }, 'agent heartbeat bookkeeping failed');
+    }
+  }
+}

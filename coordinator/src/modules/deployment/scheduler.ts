@@ -1,0 +1,209 @@
+// The scheduler: starts queued deployments. Per project, only the oldest queued deployment is a
+// candidate, and only while nothing of that project runs (a partial unique index in PostgreSQL
+// makes "one running per project" hold across coordinator replicas). A candidate starts when every
+// host of its target is online: its commit is fixed (resolved from the branch head if the trigger
+// named none), it turns `running`, and one pending job per host is created, which the agent hubs
+// send. Until then its `reason` names what it waits for. Claims use FOR UPDATE SKIP LOCKED, so
+// several replicas can run this loop against one database.
+import type { MikroORM } from '@mikro-orm/postgresql';
+import { UniqueConstraintViolationException } from '@mikro-orm/postgresql';
+import type { Logger } from 'pino';
+import type { IAgent } from '../agent/agent.entity.ts';
+import type { AgentService } from '../agent/agent.service.ts';
+import type { ProjectService } from '../project/project.service.ts';
+import { resolveBranchHead } from './commit-resolver.ts';
+import type { DeploymentSnapshot } from './deployment.entity.ts';
+import type { DeploymentEvents } from './deployment-events.ts';
+import { isSshRemote } from './job.service.ts';
+
+interface Candidate {
+  id: string;
+  project_id: string;
+  commit: string | null;
+  branch: string;
+  reason: string | null;
+  snapshot: DeploymentSnapshot;
+}
+
+export interface SchedulerOptions {
+  orm: MikroORM;
+  agents: AgentService;
+  projects: ProjectService;
+  events: DeploymentEvents;
+  /** Sends pending jobs to the agents connected to this process. */
+  dispatch: () => Promise<void>;
+  log: Logger;
+  intervalMs: number;
+}
+
+export class Scheduler {
+  readonly #o: SchedulerOptions;
+  #timer: NodeJS.Timeout | undefined;
+  #running: Promise<void> | null = null;
+  #again = false;
+  #stopped = true;
+
+  constructor(options: SchedulerOptions) {
+    this.#o = options;
+  }
+
+  start(): void {
+    this.#stopped = false;
+    this.#timer = setInterval(() => this.nudge(), this.#o.intervalMs);
+    this.#timer.unref();
+    this.nudge();
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    clearInterval(this.#timer);
+    await this.#running;
+  }
+
+  /** Runs a pass soon; passes never overlap, and a nudge during one causes another after it. */
+  nudge(): void {
+    if (this.#stopped) return;
+    if (this.#running) {
+      this.#again = true;
+      return;
+    }
+    this.#running = this.#pass()
+      .catch((err) => this.#o.log.error({ err }, 'scheduler pass failed'))
+      .finally(() => {
+        this.#running = null;
+        if (this.#again && !this.#stopped) {
+          this.#again = false;
+          this.nudge();
+        }
+      });
+  }
+
+  /** One pass, awaited (tests and the first pass at start-up). */
+  async runOnce(): Promise<void> {
+    await this.#pass();
+  }
+
+  async #pass(): Promise<void> {
+    const em = this.#o.orm.em.fork();
+    const candidates = await em.execute<Candidate[]>(
+      `select d.id, d.project_id, d.commit, d.branch, d.reason, d.snapshot
+         from deployments d
+        where d.status = 'queued'
+          and not exists (select 1 from deployments r where r.project_id = d.project_id and r.status = 'running')
+          and not exists (select 1 from deployments e
+                           where e.project_id = d.project_id and e.status = 'queued'
+                             and (e.started_at, e.id) < (d.started_at, d.id))
+        order by d.started_at
+        limit 50`,
+    );
+    let started = false;
+    for (const candidate of candidates) {
+      if (this.#stopped) break;
+      started = (await this.#tryStart(candidate)) || started;
+    }
+    if (started) await this.#o.dispatch();
+  }
+
+  async #tryStart(c: Candidate): Promise<boolean> {
+    const target = c.snapshot.target;
+    if ('ssh' in target) {
+      return this.#wait(
+        c,
+        `Waiting for ${target.ssh.username}@${target.ssh.host}: SSH targets are not run yet`,
+      );
+    }
+    const agents = await this.#o.agents.matching(target.agents);
+    if (agents.length === 0) {
+      const what =
+        'labels' in target.agents
+          ? `with the labels ${target.agents.labels.join(', ')}`
+          : `named ${target.agents.names.join(', ')}`;
+      return this.#wait(c, `Waiting for an agent ${what}: none is registered`);
+    }
+    const offline = agents.filter((a) => !this.#o.agents.isOnline(a)).map((a) => a.name);
+    if (offline.length > 0) {
+      return this.#wait(
+        c,
+        `Waiting for ${offline.length === 1 ? 'agent' : 'agents'} ${offline.join(', ')} (offline)`,
+      );
+    }
+    let commit = c.commit;
+    if (!commit) {
+      try {
+        commit = await this.#resolve(c);
+      } catch (err) {
+        await this.#fail(c, (err as Error).message);
+        return false;
+      }
+    }
+    return this.#claim(c, commit, agents);
+  }
+
+  async #resolve(c: Candidate): Promise<string> {
+    const project = await this.#o.projects.find(c.project_id);
+    const useKey =
+      project !== null && project.checkoutCredentials !== 'host' && isSshRemote(c.snapshot.forgeUrl);
+    return resolveBranchHead({
+      url: c.snapshot.forgeUrl,
+      branch: c.branch,
+      sshKey: useKey ? await this.#o.projects.deployKey(project) : null,
+      knownHosts: project?.forgeKnownHosts ?? null,
+    });
+  }
+
+  async #claim(c: Candidate, commit: string, agents: IAgent[]): Promise<boolean> {
+    const hosts = agents.map((a) => a.name);
+    try {
+      const claimed = await this.#o.orm.em.fork().transactional(async (em) => {
+        const locked = await em.execute<Array<{ id: string }>>(
+          `select id from deployments where id = ? and status = 'queued' for update skip locked`,
+          [c.id],
+        );
+        if (locked.length === 0) return false;
+        await em.execute(
+          `update deployments set status = 'running', commit = ?, hosts = ?, reason = ? where id = ?`,
+          [commit, JSON.stringify(hosts), `Running on ${hosts.join(', ')}`, c.id],
+        );
+        for (const agent of agents) {
+          await em.execute(
+            `insert into deployment_jobs (id, created_at, deployment_id, agent_id, host, status)
+             values (gen_random_uuid(), now(), ?, ?, ?, 'pending')`,
+            [c.id, agent.id, agent.name],
+          );
+        }
+        return true;
+      });
+      if (claimed) {
+        this.#o.log.info({ deployment: c.id, commit, hosts }, 'deployment started');
+        this.#o.events.changed(c.id);
+      }
+      return claimed;
+    } catch (err) {
+      // Another replica started a deployment of this project meanwhile: this one stays queued.
+      if (err instanceof UniqueConstraintViolationException) return false;
+      throw err;
+    }
+  }
+
+  async #wait(c: Candidate, reason: string): Promise<false> {
+    if (c.reason !== reason) {
+      await this.#o.orm.em
+        .fork()
+        .execute(`update deployments set reason = ? where id = ? and status = 'queued'`, [reason, c.id]);
+      this.#o.events.changed(c.id);
+    }
+    return false;
+  }
+
+  async #fail(c: Candidate, reason: string): Promise<void> {
+    await this.#o.orm.em
+      .fork()
+      .execute(
+        `update deployments set status = 'failed', reason = ?, finished_at = now() where id = ? and status = 'queued'`,
+        [reason, c.id],
+      );
+    this.#o.log.warn({ deployment: c.id, reason }, 'deployment failed before it started');
+    this.#o.events.changed(c.id);
+    this.nudge();
+  }
+}

@@ -1,0 +1,76 @@
+// A step's output stream: batching (timer or size), the chunk limit, offsets and sequence
+// numbers, and what is kept for re-sending until acknowledged.
+import { MAX_CHUNK_BYTES, type StepOutput } from '@deckhand/protocol';
+import { describe, expect, it } from 'vitest';
+import { OutputStream } from '../../agent/src/output/output-stream.ts';
+
+function collect(opts: { written?: boolean } = {}) {
+  const sent: StepOutput[] = [];
+  const stream = new OutputStream({
+    jobId: '00000000-0000-4000-8000-000000000001',
+    step: 1,
+    send: (frame, onWritten) => {
+      sent.push(frame);
+      if (opts.written !== false) onWritten();
+    },
+  });
+  return { stream, sent, bytes: (f: StepOutput) => Buffer.from(f.data, 'base64') };
+}
+
+describe('output batching', () => {
+  it('holds small writes until the 100 ms timer, then sends them as one chunk', async () => {
+    const { stream, sent, bytes } = collect();
+    stream.write(Buffer.from('a'));
+    stream.write(Buffer.from('b\n'));
+    expect(sent).toHaveLength(0);
+    await new Promise((r) => setTimeout(r, 150));
+    expect(sent).toHaveLength(1);
+    expect(sent[0]).toMatchObject({ seq: 0, offset: 0, step: 1 });
+    expect(bytes(sent[0]!).toString()).toBe('ab\n');
+  });
+
+  it('sends at once past 64 KiB, in chunks of at most MAX_CHUNK_BYTES with contiguous offsets', () => {
+    const { stream, sent, bytes } = collect();
+    stream.write(Buffer.alloc(64 * 1024, 1));
+    expect(sent).toHaveLength(1);
+    stream.write(Buffer.alloc(MAX_CHUNK_BYTES * 2 + 5, 2));
+    expect(sent.map((f) => [f.seq, f.offset, bytes(f).length])).toEqual([
+      [0, 0, 64 * 1024],
+      [1, 64 * 1024, MAX_CHUNK_BYTES],
+      [2, 64 * 1024 + MAX_CHUNK_BYTES, MAX_CHUNK_BYTES],
+      [3, 64 * 1024 + 2 * MAX_CHUNK_BYTES, 5],
+    ]);
+    expect(stream.finish()).toBe(64 * 1024 + 2 * MAX_CHUNK_BYTES + 5);
+  });
+
+  it('flushes everything on finish and ignores writes after it', () => {
+    const { stream, sent } = collect();
+    stream.write(Buffer.from('tail'));
+    expect(stream.finish()).toBe(4);
+    expect(sent).toHaveLength(1);
+    stream.write(Buffer.from('late'));
+    expect(stream.finish()).toBe(4);
+  });
+});
+
+describe('unacknowledged output', () => {
+  it('re-sends what was written and not acknowledged, from the acknowledged offset', () => {
+    const { stream, bytes } = collect();
+    stream.write(Buffer.alloc(70_000, 1)); // chunk 0: [0, 70000)
+    stream.write(Buffer.alloc(70_000, 2)); // chunk 1: [70000, 140000)
+    stream.ack(100_000);
+    const again = stream.unackedFrames();
+    expect(again.map((f) => [f.seq, f.offset, bytes(f).length])).toEqual([[1, 100_000, 40_000]]);
+    expect(stream.settled).toBe(false);
+    stream.finish();
+    stream.ack(140_000);
+    expect(stream.unackedFrames()).toEqual([]);
+    expect(stream.settled).toBe(true);
+  });
+
+  it('leaves frames still waiting in the outbox (not yet written) to the outbox', () => {
+    const { stream } = collect({ written: false });
+    stream.write(Buffer.alloc(70_000, 1));
+    expect(stream.unackedFrames()).toEqual([]);
+  });
+});
