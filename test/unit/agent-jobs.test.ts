@@ -120,7 +120,10 @@ describe('a job that succeeds', () => {
     expect(readFileSync(path.join(projectDir, 'file.txt'), 'utf8')).toBe('first version\n');
 
     const started = fake.messages('step.started').filter((m) => m.jobId === job.jobId);
-    expect(started.map((m) => m.cmd)).toEqual([`git checkout --force --detach ${firstCommit}`, ...job.commands]);
+    expect(started.map((m) => m.cmd)).toEqual([
+      `git checkout --force --detach ${firstCommit}`,
+      ...job.commands,
+    ]);
     expect(fake.output(job.jobId, 1).toString()).toBe('first version\n');
     expect(fake.output(job.jobId, 2)).toEqual(
       Buffer.from('out-1\nerr-1\nmulti\nline\ncaf\u00e9 no newline', 'utf8'),
