@@ -143,6 +143,24 @@ describe('a deployment across two agents', () => {
   });
 });
 
+describe('agent presence', () => {
+  it('GET /agents shows who is connected, their version and when they were last seen, live', async () => {
+    const agent = await launch('presence-1', ['presence']);
+    await waitForAgentsOnline(['presence-1']);
+    const before = (await admin.get('/agents')).json.agents.find((a: { name: string }) => a.name === 'presence-1');
+    expect(before).toMatchObject({ online: true, version: '0.1.0', labels: ['presence'] });
+    expect(Date.now() - Date.parse(before.last_seen_at)).toBeLessThan(5_000);
+    await agent.stop();
+    const deadline = Date.now() + 5_000;
+    let after = before;
+    while (after.online && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 100));
+      after = (await admin.get('/agents')).json.agents.find((a: { name: string }) => a.name === 'presence-1');
+    }
+    expect(after.online).toBe(false);
+  });
+});
+
 describe('a deployment waiting for an offline host', () => {
   it('waits queued with a reason naming the host, and runs when it connects', async () => {
     const token = await registerAgent('late-1', ['late']);

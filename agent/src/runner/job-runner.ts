@@ -82,11 +82,13 @@ export class JobRunner {
   }
 
   /** For `hello`: the jobs still running, with their step and how far its output got. */
+  /**
+   * For `hello.runningJobs`: every job still held — also a finished one whose output is not all
+   * acknowledged yet, since its `job.finished` may still be waiting in the outbox; the coordinator
+   * would otherwise take it for lost.
+   */
   runningJobs(): Hello['runningJobs'] {
-    return [...this.#jobs.values()]
-      .filter((e) => !e.job.finished)
-      .map((e) => e.job.progress)
-      .slice(0, 100);
+    return [...this.#jobs.values()].map((e) => e.job.progress).slice(0, 100);
   }
 
   /** After a reconnect: every job's unacknowledged output, oldest job first, steps in order. */

@@ -15,7 +15,7 @@ import {
 } from '@deckhand/protocol';
 import type { Logger } from 'pino';
 import type { WebSocket } from 'ws';
-import { type JobService, ProtocolViolation } from '../deployment/job.service.ts';
+import { type JobService, LateMessage, ProtocolViolation } from '../deployment/job.service.ts';
 import type { IAgent } from './agent.entity.ts';
 import type { AgentService } from './agent.service.ts';
 
@@ -116,7 +116,9 @@ export class AgentHub {
       }
       conn.queue = conn.queue.then(() =>
         this.#handle(conn, message).catch((err) => {
-          if (err instanceof ProtocolViolation) {
+          if (err instanceof LateMessage) {
+            log.info({ error: err.message, type: message.type }, 'ignored a late message about an ended job');
+          } else if (err instanceof ProtocolViolation) {
             log.warn({ error: err.message }, 'agent broke the protocol: closing its connection');
             conn.close(CloseCode.BAD_FRAME, err.message);
           } else {

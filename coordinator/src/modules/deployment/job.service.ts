@@ -10,8 +10,14 @@ import type { ProjectService } from '../project/project.service.ts';
 import type { DeploymentSnapshot, DeploymentStatus, JobStatus } from './deployment.entity.ts';
 import type { DeploymentEvents } from './deployment-events.ts';
 
-/** A message that breaks the rules of the protocol (wrong agent, finished job, step out of order). */
+/** A message that breaks the rules of the protocol (a job not given to this agent, steps out of order). */
 export class ProtocolViolation extends Error {}
+
+/**
+ * A message about a job that has already ended (e.g. it was given up as lost, then the agent's
+ * outbox delivered its real end). It changes nothing; it is not worth closing the connection.
+ */
+export class LateMessage extends Error {}
 
 interface JobRow {
   id: string;
@@ -68,7 +74,7 @@ export class JobService {
     if (!job || job.agent_id !== agentId)
       throw new ProtocolViolation(`job ${jobId} was not given to this agent`);
     if (FINAL_JOB.has(job.status) && !finishedOk) {
-      throw new ProtocolViolation(`job ${jobId} is already ${job.status}`);
+      throw new LateMessage(`job ${jobId} is already ${job.status}`);
     }
     return job;
   }
