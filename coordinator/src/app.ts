@@ -138,6 +138,9 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       log: app.log as unknown as Logger,
       processId: randomUUID(),
       agentHeartbeatMs: config.agentHeartbeatMs,
+      agentLeaseMs: config.agentLeaseMs,
+      agentAbandonGraceMs: config.agentAbandonGraceMs,
+      outputLimitBytes: config.outputLimitBytes,
       schedulerIntervalMs: config.schedulerIntervalMs,
     }),
   );

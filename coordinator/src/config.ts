@@ -26,6 +26,9 @@ export const EnvSchema = Type.Object({
   LOGIN_RATE_WINDOW_SECONDS: Type.Integer({ default: 60, minimum: 1 }),
   SESSION_TTL_HOURS: Type.Integer({ default: 24 * 14, minimum: 1 }),
   AGENT_HEARTBEAT_MS: Type.Integer({ default: 10_000, minimum: 100 }),
+  AGENT_LEASE_MS: Type.Integer({ default: 30_000, minimum: 200 }),
+  AGENT_ABANDON_GRACE_MS: Type.Integer({ default: 30_000, minimum: 0 }),
+  OUTPUT_LIMIT_BYTES: Type.Integer({ default: 16 * 1024 * 1024, minimum: 1024 }),
   SCHEDULER_INTERVAL_MS: Type.Integer({ default: 1_000, minimum: 50 }),
   BODY_LIMIT_BYTES: Type.Integer({ default: 1024 * 1024, minimum: 1024 }),
   WEBHOOK_BODY_LIMIT_BYTES: Type.Integer({ default: 25 * 1024 * 1024, minimum: 1024 }),
@@ -60,6 +63,9 @@ export interface Config {
   bodyLimit: number;
   webhookBodyLimit: number;
   agentHeartbeatMs: number;
+  agentLeaseMs: number;
+  agentAbandonGraceMs: number;
+  outputLimitBytes: number;
   schedulerIntervalMs: number;
   smtp: {
     url?: string;
@@ -123,6 +129,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     sessionTtlMs: e.SESSION_TTL_HOURS * 3600 * 1000,
     bodyLimit: e.BODY_LIMIT_BYTES,
     agentHeartbeatMs: e.AGENT_HEARTBEAT_MS,
+    agentLeaseMs: e.AGENT_LEASE_MS,
+    agentAbandonGraceMs: e.AGENT_ABANDON_GRACE_MS,
+    outputLimitBytes: e.OUTPUT_LIMIT_BYTES,
     schedulerIntervalMs: e.SCHEDULER_INTERVAL_MS,
     webhookBodyLimit: e.WEBHOOK_BODY_LIMIT_BYTES,
     smtp: {

@@ -5,6 +5,7 @@ export { PROTOCOL_VERSION } from './version.ts';
 export * from './close-codes.ts';
 export * from './codec.ts';
 export * from './lifecycle.ts';
+export * from './masking.ts';
 export * from './messages/agent.ts';
 export * from './messages/coordinator.ts';
 export * from './step-plan.ts';

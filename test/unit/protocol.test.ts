@@ -113,6 +113,11 @@ describe('decoding frames from the coordinator', () => {
       },
       commands: ['make'],
       env: { A: 'b' },
+      kind: 'deploy',
+      rollbackTo: null,
+      releases: null,
+      commandTimeoutMs: null,
+      masks: [],
     };
     expect(decodeCoordinatorFrame(JSON.stringify(assign))).toEqual({ ok: true, message: assign });
     expect(decodeCoordinatorFrame(JSON.stringify({ type: 'job.accepted', jobId: JOB }))).toMatchObject({

@@ -4,6 +4,7 @@
 // anything else is a bug: logged with its stack, answered with a generic 500.
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
+import { ConnectionException } from '@mikro-orm/core';
 import { DomainError } from '../modules/common/errors.ts';
 
 const FASTIFY_MESSAGES: Record<string, string> = {
@@ -14,8 +15,22 @@ const FASTIFY_MESSAGES: Record<string, string> = {
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'Content-Length does not match the body',
 };
 
+/** PostgreSQL unreachable, shutting down or refusing connections: the service is unavailable, not broken. */
+function isDatabaseDown(error: unknown): boolean {
+  if (error instanceof ConnectionException) return true;
+  const code = (error as { code?: unknown } | null)?.code;
+  return (
+    typeof code === 'string' &&
+    (['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', '57P01', '57P02', '57P03'].includes(code) ||
+      code.startsWith('08'))
+  );
+}
+
 export function errorMessage(error: FastifyError): { status: number; message: string } {
   if (error instanceof DomainError) return { status: error.statusCode, message: error.message };
+  if (isDatabaseDown(error) || isDatabaseDown((error as { cause?: unknown }).cause)) {
+    return { status: 503, message: 'Database unavailable: try again shortly' };
+  }
   if (error.validation) return { status: 400, message: error.message };
   const status = error.statusCode ?? 500;
   if (status >= 500) return { status, message: 'Internal server error' };

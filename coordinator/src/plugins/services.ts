@@ -41,6 +41,9 @@ export interface ServiceOptions {
   /** Identifies this coordinator process (agent presence). */
   processId: string;
   agentHeartbeatMs: number;
+  agentLeaseMs: number;
+  agentAbandonGraceMs: number;
+  outputLimitBytes: number;
   schedulerIntervalMs: number;
   box: SecretBox;
   mailer: Mailer;
@@ -54,7 +57,14 @@ export function createServices(o: ServiceOptions): Services {
   const projects = new ProjectService(o.orm, o.box, (id) => `${o.publicUrl()}/webhook/${id}`);
   const agents = new AgentService(o.orm, 3 * o.agentHeartbeatMs);
   const events = new InProcessDeploymentEvents();
-  const jobs = new JobService(o.orm, events, o.box, projects);
+  const jobs = new JobService({
+    orm: o.orm,
+    events,
+    box: o.box,
+    projects,
+    leaseMs: o.agentLeaseMs,
+    outputLimitBytes: o.outputLimitBytes,
+  });
   // The hub and the scheduler wake each other: an agent coming online may start a queued
   // deployment; a started deployment has jobs to send.
   const hub: AgentHub = new AgentHub({
@@ -62,11 +72,14 @@ export function createServices(o: ServiceOptions): Services {
     jobs,
     processId: o.processId,
     heartbeatMs: o.agentHeartbeatMs,
+    leaseMs: o.agentLeaseMs,
+    abandonAfterMs: o.agentLeaseMs + o.agentAbandonGraceMs,
     onAgentOnline: () => scheduler.nudge(),
     log: o.log.child({ component: 'agent-hub' }),
   });
   const scheduler: Scheduler = new Scheduler({
     orm: o.orm,
+    jobs,
     agents,
     projects,
     events,
@@ -76,7 +89,9 @@ export function createServices(o: ServiceOptions): Services {
   });
   agents.onRevoked = (id) => hub.revoke(id);
   jobs.onDeploymentFinished = () => scheduler.nudge();
-  const deployments = new DeploymentService(o.orm, agents, events, () => scheduler.nudge());
+  jobs.onCancelRequested = () =>
+    void hub.sendCancels().catch((err) => o.log.error({ err }, 'could not send cancels'));
+  const deployments = new DeploymentService(o.orm, agents, events, jobs, () => scheduler.nudge());
   const webhooks = new WebhookService(o.orm, projects, deployments);
   return {
     orm: o.orm,
@@ -98,6 +113,9 @@ export default fp(
     app.decorate('services', services);
     // Background work runs while the app serves, and stops before the database closes.
     app.addHook('onReady', async () => {
+      const inFlight = await services.jobs.reconcileAtStartup();
+      if (inFlight)
+        app.log.info({ jobs: inFlight }, 'jobs in flight at start-up: waiting for their agents to reconnect');
       services.hub.start();
       services.scheduler.start();
     });

@@ -104,6 +104,33 @@ export default async function deploymentRoutes(instance: FastifyInstance) {
     },
   );
 
+  // Cancel, redeploy, rollback: each answers with the deployment it acted on or created.
+  const actions = {
+    cancel: (id: string, actor: ReturnType<typeof requireActor>) => deployments.cancel(id, actor),
+    redeploy: (id: string, actor: ReturnType<typeof requireActor>) => deployments.redeploy(id, actor),
+    rollback: (id: string, actor: ReturnType<typeof requireActor>) => deployments.rollback(id, actor),
+  } as const;
+  for (const [action, run] of Object.entries(actions)) {
+    app.post(
+      `/deploy/:id/${action}`,
+      {
+        config: { auth: 'deployer' },
+        schema: {
+          tags: ['deployments'],
+          params: Type.Object({ id: Type.String() }),
+          response: {
+            200: Ok({ deployId: Uuid, deployment: DeploymentJson }),
+            ...errors(401, 403, 404, 409),
+          },
+        },
+      },
+      async (request) => {
+        const deployment = await run(request.params.id, requireActor(request));
+        return { success: true as const, deployId: deployment.id, deployment };
+      },
+    );
+  }
+
   app.get(
     '/deployments',
     {

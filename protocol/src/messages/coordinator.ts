@@ -9,6 +9,13 @@ export const Welcome = Type.Object({
   protocolVersion: Type.Integer(),
   /** How often the agent should expect a ping; silence for twice this means a dead connection. */
   heartbeatMs: Type.Integer({ minimum: 100 }),
+  /**
+   * How long the coordinator keeps a job of a silent agent before giving it up as lost. An agent
+   * cut off from the coordinator for longer than `abandonAfterMs` stops its jobs itself (kills
+   * their process groups) and reports them `abandoned` when it can.
+   */
+  leaseMs: Type.Integer({ minimum: 100 }),
+  abandonAfterMs: Type.Integer({ minimum: 100 }),
 });
 export type Welcome = Static<typeof Welcome>;
 
@@ -41,6 +48,26 @@ export const JobAssign = Type.Object({
   commands: Type.Array(Type.String()),
   /** The deployment's environment, secrets included; DECKHAND_* variables are added by the agent. */
   env: Type.Record(Type.String(), Type.String()),
+  /** `deploy` builds the commit; `rollback` makes a kept release current again (releases only). */
+  kind: Type.Enum(['deploy', 'rollback']),
+  /** For `rollback`: the release (a deployment id) to switch `current` back to. */
+  rollbackTo: Type.Union([Id, Type.Null()]),
+  /**
+   * Releases: build in `<project>/releases/<deployment id>`, switch `<project>/current` to it
+   * atomically when every command succeeded, run the health check (switching back if it fails),
+   * keep the newest `keep` releases. Null: build and run in `<project>` itself.
+   */
+  releases: Type.Union([
+    Type.Object({
+      keep: Type.Integer({ minimum: 1, maximum: 100 }),
+      healthCheck: Type.Union([Type.String({ minLength: 1 }), Type.Null()]),
+    }),
+    Type.Null(),
+  ]),
+  /** A command running longer is stopped (TERM, grace, KILL to its group) and the job ends `timed_out`. */
+  commandTimeoutMs: Type.Union([Type.Integer({ minimum: 1 }), Type.Null()]),
+  /** Values replaced by `[MASKED]` in every byte of output the agent sends (secrets and the like). */
+  masks: Type.Array(Type.String({ minLength: 1 })),
 });
 export type JobAssign = Static<typeof JobAssign>;
 
@@ -53,8 +80,18 @@ export const OutputAck = Type.Object({
 });
 export type OutputAck = Static<typeof OutputAck>;
 
-export const JobCancel = Type.Object({ type: Type.Literal('job.cancel'), jobId: Id, reason: Type.String() });
+export const JobCancel = Type.Object({
+  type: Type.Literal('job.cancel'),
+  jobId: Id,
+  reason: Type.String(),
+  /** How the job ends: `cancelled` (a person or a newer deployment) or `timed_out` (the deployment's deadline). */
+  as: Type.Enum(['cancelled', 'timed_out']),
+});
 export type JobCancel = Static<typeof JobCancel>;
+
+/** The job's end is stored: the agent may forget the job (until then it re-sends its end after reconnecting). */
+export const JobAck = Type.Object({ type: Type.Literal('job.ack'), jobId: Id });
+export type JobAck = Static<typeof JobAck>;
 
 export const COORDINATOR_MESSAGES = {
   welcome: Welcome,
@@ -62,6 +99,7 @@ export const COORDINATOR_MESSAGES = {
   'job.assign': JobAssign,
   'output.ack': OutputAck,
   'job.cancel': JobCancel,
+  'job.ack': JobAck,
 } as const;
 
-export type CoordinatorMessage = Welcome | Reject | JobAssign | OutputAck | JobCancel;
+export type CoordinatorMessage = Welcome | Reject | JobAssign | OutputAck | JobCancel | JobAck;

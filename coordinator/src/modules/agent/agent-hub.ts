@@ -25,6 +25,8 @@ export interface AgentHubOptions {
   /** Identifies this coordinator process in the agents' presence rows. */
   processId: string;
   heartbeatMs: number;
+  leaseMs: number;
+  abandonAfterMs: number;
   /** Called when an agent comes online (the scheduler may now start what waited for it). */
   onAgentOnline: () => void;
   log: Logger;
@@ -168,7 +170,14 @@ export class AgentHub {
       case 'step.finished':
         return jobs.stepFinished(agentId, message.jobId, message.step, message);
       case 'job.finished':
-        return jobs.jobFinished(agentId, message.jobId, message.status, message.reason);
+        try {
+          await jobs.jobFinished(agentId, message.jobId, message.status, message.reason);
+        } catch (err) {
+          if (!(err instanceof LateMessage)) throw err;
+        }
+        // Stored (or already ended): either way the agent may forget the job.
+        conn.send({ type: 'job.ack', jobId: message.jobId });
+        return;
     }
   }
 
@@ -195,6 +204,8 @@ export class AgentHub {
       agentName: agent.name,
       protocolVersion: PROTOCOL_VERSION,
       heartbeatMs: this.#o.heartbeatMs,
+      leaseMs: this.#o.leaseMs,
+      abandonAfterMs: this.#o.abandonAfterMs,
     });
     this.#o.log.info(
       { agent: agent.name, version: hello.agentVersion, hostname: hello.hostname },
@@ -204,8 +215,20 @@ export class AgentHub {
       agent.id,
       hello.runningJobs.map((j) => j.jobId),
     );
+    await this.#o.jobs.renewLeases([agent.id]);
     this.#o.onAgentOnline();
     await this.dispatch();
+    await this.sendCancels();
+  }
+
+  /** Tells the agents connected here to stop the jobs whose deployments were cancelled or timed out. */
+  async sendCancels(): Promise<void> {
+    for (const c of await this.#o.jobs.cancelsToSend(this.connectedAgentIds())) {
+      this.#connections
+        .get(c.agentId)
+        ?.send({ type: 'job.cancel', jobId: c.jobId, reason: c.reason, as: c.as });
+      this.#o.log.info({ job: c.jobId, as: c.as }, 'job cancel sent');
+    }
   }
 
   /** Sends the pending jobs of the agents connected here. */
@@ -232,9 +255,12 @@ export class AgentHub {
       conn.socket.ping();
     }
     try {
-      await this.#o.agents.seen(this.connectedAgentIds(), this.#o.processId);
-      // Pending jobs can also come from another replica's scheduler.
+      const ids = this.connectedAgentIds();
+      await this.#o.agents.seen(ids, this.#o.processId);
+      await this.#o.jobs.renewLeases(ids);
+      // Pending jobs and cancels can also come from another replica.
       await this.dispatch();
+      await this.sendCancels();
     } catch (err) {
       this.#o.log.error({ err }, 'agent heartbeat bookkeeping failed');
     }

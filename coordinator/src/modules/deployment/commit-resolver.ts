@@ -38,7 +38,8 @@ export async function resolveBranchHead(input: ResolveInput): Promise<string> {
       if (input.knownHosts) {
         const known = join(dir, 'known_hosts');
         await writeFile(known, input.knownHosts, { mode: 0o600 });
-        ssh += ` -o UserKnownHostsFile=${shellQuote(known)}`;
+        // Only the project's known hosts count, not the machine-wide file too.
+        ssh += ` -o UserKnownHostsFile=${shellQuote(known)} -o GlobalKnownHostsFile=/dev/null`;
       }
       env.GIT_SSH_COMMAND = ssh;
     }
@@ -48,7 +49,13 @@ export async function resolveBranchHead(input: ResolveInput): Promise<string> {
       ({ stdout } = await run(['ls-remote', '--', input.url, ref], env));
     } catch (err) {
       const stderr = String((err as { stderr?: string }).stderr ?? '').trim();
-      const why = stderr.split('\n').filter(Boolean).pop() ?? (err as Error).message;
+      // git ends with a generic "Could not read from remote repository"; the cause is the line before.
+      const lines = stderr
+        .split('\n')
+        .map((l) => l.trim())
+        .filter(Boolean);
+      const generic = lines.indexOf('fatal: Could not read from remote repository.');
+      const why = (generic > 0 ? lines[generic - 1] : lines.at(-1)) ?? (err as Error).message;
       throw new Error(`Could not read branch ${input.branch} of ${input.url}: ${why}`, { cause: err });
     }
     const line = stdout.split('\n').find((l) => l.endsWith(`\t${ref}`));

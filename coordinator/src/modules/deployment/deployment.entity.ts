@@ -4,7 +4,7 @@
 import { defineEntity, type InferEntity, p } from '@mikro-orm/core';
 import { baseProperties, timestamp } from '../common/base.entity.ts';
 import { Agent } from '../agent/agent.entity.ts';
-import { Project, type Target } from '../project/project.entity.ts';
+import { Project, type ProjectPolicies, type Target } from '../project/project.entity.ts';
 
 export const DEPLOYMENT_STATUSES = [
   'queued',
@@ -15,7 +15,7 @@ export const DEPLOYMENT_STATUSES = [
   'timed_out',
 ] as const;
 export type DeploymentStatus = (typeof DEPLOYMENT_STATUSES)[number];
-export const TRIGGERS = ['manual', 'webhook', 'redeploy', 'api'] as const;
+export const TRIGGERS = ['manual', 'webhook', 'redeploy', 'rollback', 'api'] as const;
 export type Trigger = (typeof TRIGGERS)[number];
 export const LOG_ENTRY_STATUSES = [
   'running',
@@ -35,6 +35,8 @@ export interface DeploymentSnapshot {
   target: Target;
   /** The project's secrets at trigger time, still encrypted. */
   secretsEncrypted: string | null;
+  /** Limits, concurrency and releases at trigger time (absent in deployments older than them). */
+  policies?: ProjectPolicies;
 }
 
 export const Deployment = defineEntity({
@@ -72,6 +74,15 @@ export const Deployment = defineEntity({
     hosts: p.json<string[]>(),
     startedAt: timestamp().onCreate(() => new Date()),
     finishedAt: timestamp().nullable(),
+    /** `deploy` builds the commit; `rollback` switches back to the release of `rollbackTo`. */
+    kind: p.string().length(16).$type<'deploy' | 'rollback'>().default('deploy'),
+    rollbackTo: p.uuid().nullable(),
+    /** When it must end (running since + the deployment timeout); past it, it is stopped as timed out. */
+    deadlineAt: timestamp().nullable(),
+    /** A cancel (or timeout) was asked for: how it ends and why. */
+    cancelRequestedAt: timestamp().nullable(),
+    cancelAs: p.string().length(16).$type<'cancelled' | 'timed_out'>().nullable(),
+    cancelReason: p.text().nullable(),
   },
 });
 export type IDeployment = InferEntity<typeof Deployment>;
@@ -107,6 +118,10 @@ export const DeploymentJob = defineEntity({
     status: p.string().length(16).$type<JobStatus>(),
     reason: p.text().nullable(),
     sentAt: timestamp().nullable(),
+    /** Renewed while its agent is heard from; past it the job is given up as lost. */
+    leaseExpiresAt: timestamp().nullable(),
+    /** When `job.cancel` went to the agent. */
+    cancelSentAt: timestamp().nullable(),
     startedAt: timestamp().nullable(),
     finishedAt: timestamp().nullable(),
   },

@@ -7,11 +7,12 @@ import type { EntityManager, MikroORM } from '@mikro-orm/postgresql';
 import type { AgentService } from '../agent/agent.service.ts';
 import { recordAudit } from '../audit/audit.service.ts';
 import type { Actor } from '../common/actor.ts';
-import { BadRequestError, NotFoundError } from '../common/errors.ts';
+import { BadRequestError, ConflictError, NotFoundError } from '../common/errors.ts';
 import { iso, isoOrNull } from '../common/schemas.ts';
-import type { IProject } from '../project/project.entity.ts';
-import { isUuid } from '../project/project.service.ts';
+import type { IProject, ProjectPolicies } from '../project/project.entity.ts';
+import { isUuid, policiesOf } from '../project/project.service.ts';
 import type { DeploymentEvents } from './deployment-events.ts';
+import type { JobService } from './job.service.ts';
 import { Deployment, type DeploymentStatus, type IDeployment, type Trigger } from './deployment.entity.ts';
 
 export interface TriggerInput {
@@ -22,6 +23,16 @@ export interface TriggerInput {
   branch?: string | null;
   /** Set by the webhook path: the id the deployment must have (recorded on the delivery first). */
   id?: string;
+  /** Redeploys run the commands of the deployment they repeat. */
+  commands?: string[];
+  /** A rollback switches back to the release of this deployment instead of building. */
+  rollbackTo?: { id: string; releases: ProjectPolicies['releases'] };
+}
+
+export interface Triggered {
+  deployment: DeploymentJson;
+  /** Deployments of the project this one superseded (cancelled, or asked to cancel). */
+  superseded: string[];
 }
 
 export interface DeploymentJson {
@@ -65,18 +76,32 @@ export interface ListFilter {
 }
 
 const COMMIT = /^[0-9a-f]{7,64}$/i;
+const FINAL_STATUSES: ReadonlySet<DeploymentStatus> = new Set([
+  'success',
+  'failed',
+  'cancelled',
+  'timed_out',
+]);
 
 export class DeploymentService {
   readonly #orm: MikroORM;
   readonly #agents: AgentService;
   readonly #events: DeploymentEvents;
   readonly #queued: () => void;
+  readonly #jobs: JobService;
 
   /** `queued` is called after a deployment is stored (it wakes the scheduler). */
-  constructor(orm: MikroORM, agents: AgentService, events: DeploymentEvents, queued: () => void) {
+  constructor(
+    orm: MikroORM,
+    agents: AgentService,
+    events: DeploymentEvents,
+    jobs: JobService,
+    queued: () => void,
+  ) {
     this.#orm = orm;
     this.#agents = agents;
     this.#events = events;
+    this.#jobs = jobs;
     this.#queued = queued;
   }
 
@@ -98,24 +123,30 @@ export class DeploymentService {
 
   /** Stores a queued deployment; nothing runs inside the caller's request. */
   async trigger(input: TriggerInput): Promise<DeploymentJson> {
-    const deployment = await this.#orm.em.fork().transactional((em) => this.triggerIn(em, input));
-    this.queued(deployment.id);
-    return deployment;
+    const triggered = await this.#orm.em.fork().transactional((em) => this.triggerIn(em, input));
+    this.queued(triggered);
+    return triggered.deployment;
   }
 
-  /** After the transaction that stored a deployment committed: viewers and the scheduler learn of it. */
-  queued(deploymentId: string): void {
-    this.#events.changed(deploymentId);
+  /**
+   * After the transaction that stored a deployment committed: viewers, the scheduler and (for
+   * what it superseded) the agents learn of it.
+   */
+  queued(triggered: Triggered): void {
+    for (const id of [triggered.deployment.id, ...triggered.superseded]) this.#events.changed(id);
+    if (triggered.superseded.length) this.#jobs.onCancelRequested();
     this.#queued();
   }
 
   /** The same, inside a transaction the caller owns (the webhook records its delivery with it). */
-  async triggerIn(em: EntityManager, input: TriggerInput): Promise<DeploymentJson> {
+  async triggerIn(em: EntityManager, input: TriggerInput): Promise<Triggered> {
     const { project } = input;
     const commit = input.commit ?? null;
     if (commit !== null && !COMMIT.test(commit))
       throw new BadRequestError('commit must be a hexadecimal git sha');
     const { hosts, reason } = await this.#waitingFor(project);
+    const policies = policiesOf(project);
+    if (input.rollbackTo) policies.releases = input.rollbackTo.releases;
     const deployment = em.create(Deployment, {
       ...(input.id ? { id: input.id } : {}),
       project: project.id,
@@ -129,13 +160,20 @@ export class DeploymentService {
       snapshot: {
         projectName: project.name,
         forgeUrl: project.forgeUrl,
-        commands: project.commands,
+        commands: input.commands ?? project.commands,
         env: project.env,
         target: project.target,
         secretsEncrypted: project.secretsEncrypted ?? null,
+        policies,
       },
       hosts,
+      kind: input.rollbackTo ? 'rollback' : 'deploy',
+      rollbackTo: input.rollbackTo?.id ?? null,
     });
+    const superseded =
+      policies.concurrency === 'supersede'
+        ? await this.#supersede(em, project.id, deployment.id, policies)
+        : [];
     recordAudit(
       em,
       input.actor,
@@ -149,7 +187,88 @@ export class DeploymentService {
       },
     );
     await em.flush();
-    return this.toJson(deployment);
+    return { deployment: this.toJson(deployment), superseded };
+  }
+
+  /** Newer wins: older queued deployments of the project are cancelled, and the running one if the project says so. */
+  async #supersede(
+    em: EntityManager,
+    projectId: string,
+    newId: string,
+    policies: ProjectPolicies,
+  ): Promise<string[]> {
+    const reason = `Superseded by a newer deployment (${newId})`;
+    const cancelled = await em.execute<Array<{ id: string }>>(
+      `update deployments set status = 'cancelled', reason = ?, finished_at = now()
+        where project_id = ? and status = 'queued' and id <> ? returning id`,
+      [reason, projectId, newId],
+    );
+    const touched = cancelled.map((r) => r.id);
+    if (policies.supersede_running) {
+      const running = await em.execute<Array<{ id: string }>>(
+        `select id from deployments where project_id = ? and status = 'running' and cancel_requested_at is null`,
+        [projectId],
+      );
+      for (const { id } of running) {
+        await this.#jobs.requestCancelIn(em, id, 'cancelled', reason);
+        touched.push(id);
+      }
+    }
+    return touched;
+  }
+
+  /** Cancels a deployment: a queued one at once; a running one once its agents confirm. */
+  async cancel(id: string, actor: Actor): Promise<DeploymentJson> {
+    const em = this.#orm.em.fork();
+    const d = isUuid(id) ? await em.findOne(Deployment, { id }) : null;
+    if (!d) throw new NotFoundError('Deployment not found');
+    if (FINAL_STATUSES.has(d.status)) throw new ConflictError(`The deployment already ended (${d.status})`);
+    const reason = `Cancelled by ${actor.name}`;
+    await em.transactional(async (tx) => {
+      await this.#jobs.requestCancelIn(tx, d.id, 'cancelled', reason);
+      recordAudit(tx, actor, 'deployment.cancel', { type: 'deployment', id: d.id });
+    });
+    await this.#jobs.afterCancelRequested(d.id);
+    return this.toJson(await this.#orm.em.fork().findOneOrFail(Deployment, { id: d.id }));
+  }
+
+  /** Runs the same commit and commands again, as a new deployment. */
+  async redeploy(id: string, actor: Actor): Promise<DeploymentJson> {
+    const { old, project } = await this.#previous(id);
+    return this.trigger({
+      project,
+      trigger: 'redeploy',
+      actor,
+      commit: old.commit ?? null,
+      branch: old.branch,
+      commands: old.snapshot.commands,
+    });
+  }
+
+  /** Switches `current` back to the release this (successful) deployment built, as a new deployment. */
+  async rollback(id: string, actor: Actor): Promise<DeploymentJson> {
+    const { old, project } = await this.#previous(id);
+    const releases = old.snapshot.policies?.releases ?? null;
+    if (!releases)
+      throw new ConflictError('Rollback needs releases: that deployment was not built as a release');
+    if (old.status !== 'success' || old.kind !== 'deploy') {
+      throw new ConflictError('Only a successful deployment that built a release can be rolled back to');
+    }
+    return this.trigger({
+      project,
+      trigger: 'rollback',
+      actor,
+      commit: old.commit ?? null,
+      branch: old.branch,
+      rollbackTo: { id: old.id, releases },
+    });
+  }
+
+  async #previous(id: string): Promise<{ old: IDeployment; project: IProject }> {
+    const em = this.#orm.em.fork();
+    const old = isUuid(id) ? await em.findOne(Deployment, { id }, { populate: ['project'] }) : null;
+    if (!old) throw new NotFoundError('Deployment not found');
+    return { old, project: old.project as unknown as IProject };
   }
 
   async get(id: string): Promise<DeploymentDetail> {

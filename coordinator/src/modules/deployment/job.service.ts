@@ -1,10 +1,11 @@
 // What agents report about their jobs, turned into stored state: log entries per step, output
-// chunks stored once by byte offset (and acknowledged), entries completed and compacted, jobs and
-// then deployments finished. Every method checks that the job belongs to the reporting agent and
-// is not finished: an agent writes only to the jobs it was given. Also builds `job.assign` for
-// pending jobs (the hub sends them) and reconciles an agent's jobs when it reconnects.
+// chunks stored once by byte offset (acknowledged, capped per entry), entries completed and
+// compacted, jobs and then deployments finished. Every method checks that the job belongs to the
+// reporting agent: an agent writes only to the jobs it was given, and a job that has ended cannot
+// be changed by late messages. Also: building `job.assign`, leases (a job whose agent is silent
+// past its lease is lost), and cancellation (asked here, sent by the hub, confirmed by the agent).
+import { type JobAssign, maskedValues, planSteps } from '@deckhand/protocol';
 import type { EntityManager, MikroORM } from '@mikro-orm/postgresql';
-import { type JobAssign, planSteps } from '@deckhand/protocol';
 import type { SecretBox } from '../common/crypto.ts';
 import type { ProjectService } from '../project/project.service.ts';
 import type { DeploymentSnapshot, DeploymentStatus, JobStatus } from './deployment.entity.ts';
@@ -27,11 +28,32 @@ interface JobRow {
   status: JobStatus;
 }
 
+interface DeploymentRow {
+  id: string;
+  project_id: string;
+  commit: string;
+  branch: string;
+  kind: 'deploy' | 'rollback';
+  rollback_to: string | null;
+  snapshot: DeploymentSnapshot;
+}
+
 interface EntryState {
   id: string;
-  /** Bytes stored contiguously from 0. */
+  /** Bytes stored (at most the output limit). */
   stored: number;
+  /** Bytes acknowledged: stored, or dropped past the limit. */
+  received: number;
   finished: boolean;
+}
+
+export interface JobServiceOptions {
+  orm: MikroORM;
+  events: DeploymentEvents;
+  box: SecretBox;
+  projects: ProjectService;
+  leaseMs: number;
+  outputLimitBytes: number;
 }
 
 const FINAL_JOB: ReadonlySet<JobStatus> = new Set([
@@ -41,87 +63,77 @@ const FINAL_JOB: ReadonlySet<JobStatus> = new Set([
   'timed_out',
   'abandoned',
 ]);
+const DEPLOYMENT_COLUMNS = 'id, project_id, commit, branch, kind, rollback_to, snapshot';
+
+const mib = (n: number) => `${Math.round((n / 1024 / 1024) * 10) / 10} MiB`;
 
 export class JobService {
-  readonly #orm: MikroORM;
-  readonly #events: DeploymentEvents;
-  readonly #box: SecretBox;
-  readonly #projects: ProjectService;
+  readonly #o: JobServiceOptions;
   /** Called when a deployment ends, so the scheduler can start the next one of its project. */
   onDeploymentFinished: (deploymentId: string) => void = () => {};
-  // Per (job, step): where its entry is and how much of its output is stored. Rebuilt from the
-  // database on first use, so any coordinator process can take over an agent's connection.
+  /** Called when a cancel was asked for, so the hubs send `job.cancel` to the agents. */
+  onCancelRequested: () => void = () => {};
+  // Per (job, step) still receiving output: where its entry is and how far its output got.
+  // Rebuilt from the database on first use, so any coordinator process can take over an agent.
   readonly #entries = new Map<string, EntryState>();
 
-  constructor(orm: MikroORM, events: DeploymentEvents, box: SecretBox, projects: ProjectService) {
-    this.#orm = orm;
-    this.#events = events;
-    this.#box = box;
-    this.#projects = projects;
+  constructor(options: JobServiceOptions) {
+    this.#o = options;
   }
 
   #em(): EntityManager {
-    return this.#orm.em.fork();
+    return this.#o.orm.em.fork();
   }
 
-  /** The job, if it was given to this agent; a finished one only when `finishedOk` (re-sent output). */
-  async #job(agentId: string, jobId: string, em = this.#em(), finishedOk = false): Promise<JobRow> {
-    const rows = await em.execute<JobRow[]>(
+  /** The job, if it was given to this agent; an ended one only when `endedOk` (re-sent output). */
+  async #job(agentId: string, jobId: string, em = this.#em(), endedOk = false): Promise<JobRow> {
+    const [job] = await em.execute<JobRow[]>(
       'select id, deployment_id, agent_id, host, status from deployment_jobs where id = ?',
       [jobId],
     );
-    const job = rows[0];
     if (!job || job.agent_id !== agentId)
       throw new ProtocolViolation(`job ${jobId} was not given to this agent`);
-    if (FINAL_JOB.has(job.status) && !finishedOk) {
-      throw new LateMessage(`job ${jobId} is already ${job.status}`);
-    }
+    if (FINAL_JOB.has(job.status) && !endedOk) throw new LateMessage(`job ${jobId} is already ${job.status}`);
     return job;
   }
 
-  /** Claims the pending jobs of these agents (marking them sent) and builds their assignments. */
+  // --- dispatch ---------------------------------------------------------------------------
+
+  /** Claims the pending jobs of these agents (marking them sent, lease started) and builds their assignments. */
   async claimPending(agentIds: string[]): Promise<Array<{ agentId: string; assign: JobAssign }>> {
     if (agentIds.length === 0) return [];
-    const claimed = await this.#em().transactional(async (em) => {
+    return this.#em().transactional(async (em) => {
       const jobs = await em.execute<Array<{ id: string; deployment_id: string; agent_id: string }>>(
-        `update deployment_jobs set status = 'sent', sent_at = now()
+        `update deployment_jobs set status = 'sent', sent_at = now(),
+                lease_expires_at = now() + ? * interval '1 millisecond'
           where id in (select id from deployment_jobs
                         where status = 'pending' and agent_id = any(?::uuid[])
                         order by created_at for update skip locked)
           returning id, deployment_id, agent_id`,
-        [uuidArray(agentIds)],
+        [this.#o.leaseMs, uuidArray(agentIds)],
       );
       const result: Array<{ agentId: string; assign: JobAssign }> = [];
       for (const job of jobs) {
-        const [d] = await em.execute<
-          Array<{
-            id: string;
-            project_id: string;
-            commit: string;
-            branch: string;
-            snapshot: DeploymentSnapshot;
-          }>
-        >('select id, project_id, commit, branch, snapshot from deployments where id = ?', [
-          job.deployment_id,
-        ]);
-        if (!d) continue;
-        result.push({ agentId: job.agent_id, assign: await this.#assignment(job.id, d) });
+        const [d] = await em.execute<DeploymentRow[]>(
+          `select ${DEPLOYMENT_COLUMNS} from deployments where id = ?`,
+          [job.deployment_id],
+        );
+        if (d) result.push({ agentId: job.agent_id, assign: await this.#assignment(job.id, d) });
       }
       return result;
     });
-    return claimed;
   }
 
-  async #assignment(
-    jobId: string,
-    d: { id: string; project_id: string; commit: string; branch: string; snapshot: DeploymentSnapshot },
-  ): Promise<JobAssign> {
+  async #assignment(jobId: string, d: DeploymentRow): Promise<JobAssign> {
     const s = d.snapshot;
     const secrets: Record<string, string> = s.secretsEncrypted
-      ? this.#box.decryptJson(s.secretsEncrypted)
+      ? this.#o.box.decryptJson(s.secretsEncrypted)
       : {};
-    const project = await this.#projects.find(d.project_id);
+    const env = { ...s.env, ...secrets };
+    const project = await this.#o.projects.find(d.project_id);
     const useKey = project?.checkoutCredentials !== 'host' && isSshRemote(s.forgeUrl);
+    const policies = s.policies;
+    const commandSeconds = policies?.timeouts.command_seconds ?? null;
     return {
       type: 'job.assign',
       jobId,
@@ -131,43 +143,163 @@ export class JobService {
         url: s.forgeUrl,
         branch: d.branch,
         commit: d.commit,
-        sshKey: useKey && project ? await this.#projects.deployKey(project) : null,
+        sshKey: useKey && project ? await this.#o.projects.deployKey(project) : null,
         knownHosts: project?.forgeKnownHosts ?? null,
       },
       commands: s.commands,
-      env: { ...s.env, ...secrets },
+      env,
+      kind: d.kind,
+      rollbackTo: d.rollback_to,
+      releases: policies?.releases
+        ? { keep: policies.releases.keep, healthCheck: policies.releases.health_check }
+        : null,
+      commandTimeoutMs: commandSeconds === null ? null : commandSeconds * 1000,
+      masks: maskedValues(env, Object.keys(secrets)),
     };
   }
 
+  /** The steps a job runs: the same plan the agent follows (protocol/step-plan.ts). */
+  #plan(d: DeploymentRow) {
+    const releases = d.snapshot.policies?.releases ?? null;
+    return planSteps({
+      commit: d.commit,
+      commands: d.snapshot.commands,
+      kind: d.kind,
+      release: d.kind === 'rollback' ? d.rollback_to : d.id,
+      releases: releases ? { keep: releases.keep, healthCheck: releases.health_check } : null,
+    });
+  }
+
   /**
-   * An agent said hello: jobs sent to it that it does not report as running go back to pending
-   * (they will be sent again); jobs it was running and no longer has are lost with their host.
+   * An agent said hello, listing the jobs it still holds: jobs sent to it that it does not have
+   * go back to pending (sent again); jobs it was running and no longer has are lost with it.
+   * Cancels it may have missed are sent again.
    */
-  async agentReconnected(agentId: string, runningJobIds: string[]): Promise<void> {
+  async agentReconnected(agentId: string, heldJobIds: string[]): Promise<void> {
     const em = this.#em();
+    const held = uuidArray(heldJobIds);
     await em.execute(
       `update deployment_jobs set status = 'pending', sent_at = null
         where agent_id = ? and status = 'sent' and not (id = any(?::uuid[]))`,
-      [agentId, uuidArray(runningJobIds)],
+      [agentId, held],
     );
-    const lost = await em.execute<Array<{ id: string }>>(
-      `select id from deployment_jobs where agent_id = ? and status = 'running' and not (id = any(?::uuid[]))`,
-      [agentId, uuidArray(runningJobIds)],
+    await em.execute(
+      `update deployment_jobs set cancel_sent_at = null where agent_id = ? and status in ('sent', 'running')`,
+      [agentId],
     );
-    for (const job of lost) {
-      await this.jobFinished(
-        agentId,
-        job.id,
-        'failed',
-        'the agent restarted while running it; the job was lost',
-      );
-    }
+    const lost = await em.execute<JobRow[]>(
+      `select id, deployment_id, agent_id, host, status from deployment_jobs
+        where agent_id = ? and status = 'running' and not (id = any(?::uuid[]))`,
+      [agentId, held],
+    );
+    for (const job of lost)
+      await this.#endJob(job, 'failed', 'the agent restarted while running it; the job was lost');
   }
+
+  // --- leases -------------------------------------------------------------------------------
+
+  /** The agents were heard from: their in-flight jobs are theirs for another lease. */
+  async renewLeases(agentIds: string[]): Promise<void> {
+    if (agentIds.length === 0) return;
+    await this.#em().execute(
+      `update deployment_jobs set lease_expires_at = now() + ? * interval '1 millisecond'
+        where agent_id = any(?::uuid[]) and status in ('sent', 'running')`,
+      [this.#o.leaseMs, uuidArray(agentIds)],
+    );
+  }
+
+  /** Jobs whose agent has been silent past the lease end `failed`: agent lost. */
+  async expireLeases(): Promise<number> {
+    const expired = await this.#em().execute<JobRow[]>(
+      `select id, deployment_id, agent_id, host, status from deployment_jobs
+        where status in ('sent', 'running') and lease_expires_at < now()`,
+    );
+    for (const job of expired) await this.#endJob(job, 'failed', 'agent lost');
+    return expired.length;
+  }
+
+  /**
+   * At start-up: whatever was in flight gets a fresh lease (its agents need time to reconnect to
+   * this process after a restart) and its pending cancels are sent again.
+   */
+  async reconcileAtStartup(): Promise<number> {
+    const rows = await this.#em().execute<Array<{ id: string }>>(
+      `update deployment_jobs
+          set lease_expires_at = greatest(lease_expires_at, now() + ? * interval '1 millisecond'),
+              cancel_sent_at = null
+        where status in ('sent', 'running') returning id`,
+      [this.#o.leaseMs],
+    );
+    return rows.length;
+  }
+
+  // --- cancellation -------------------------------------------------------------------------
+
+  /**
+   * Asks for a deployment to end (`cancelled`, or `timed_out` at its deadline), inside the
+   * caller's transaction: a queued one ends at once; a running one's unsent jobs are cancelled and
+   * its agents are told (the hub sends `job.cancel`); it ends when they confirm.
+   */
+  async requestCancelIn(
+    em: EntityManager,
+    deploymentId: string,
+    as: 'cancelled' | 'timed_out',
+    reason: string,
+  ) {
+    const [queued] = await em.execute<Array<{ id: string }>>(
+      `update deployments set status = ?, reason = ?, finished_at = now(),
+              cancel_requested_at = now(), cancel_as = ?, cancel_reason = ?
+        where id = ? and status = 'queued' returning id`,
+      [as, reason, as, reason, deploymentId],
+    );
+    if (queued) return;
+    await em.execute(
+      `update deployments set cancel_requested_at = now(), cancel_as = ?, cancel_reason = ?
+        where id = ? and status = 'running' and cancel_requested_at is null`,
+      [as, reason, deploymentId],
+    );
+    await em.execute(
+      `update deployment_jobs set status = ?, reason = ?, finished_at = now()
+        where deployment_id = ? and status = 'pending'`,
+      [as, reason, deploymentId],
+    );
+  }
+
+  /** After the transaction that asked for a cancel committed. */
+  async afterCancelRequested(deploymentId: string): Promise<void> {
+    await this.#finishDeploymentIfDone(deploymentId);
+    this.#o.events.changed(deploymentId);
+    this.onCancelRequested();
+  }
+
+  async requestCancel(deploymentId: string, as: 'cancelled' | 'timed_out', reason: string): Promise<void> {
+    await this.#em().transactional((em) => this.requestCancelIn(em, deploymentId, as, reason));
+    await this.afterCancelRequested(deploymentId);
+  }
+
+  /** The cancels to send to these agents now (marked sent). */
+  async cancelsToSend(
+    agentIds: string[],
+  ): Promise<Array<{ agentId: string; jobId: string; as: 'cancelled' | 'timed_out'; reason: string }>> {
+    if (agentIds.length === 0) return [];
+    const rows = await this.#em().execute<
+      Array<{ id: string; agent_id: string; cancel_as: 'cancelled' | 'timed_out'; cancel_reason: string }>
+    >(
+      `update deployment_jobs j set cancel_sent_at = now()
+         from deployments d
+        where j.deployment_id = d.id and d.cancel_requested_at is not null and j.cancel_sent_at is null
+          and j.status in ('sent', 'running') and j.agent_id = any(?::uuid[])
+        returning j.id, j.agent_id, d.cancel_as, d.cancel_reason`,
+      [uuidArray(agentIds)],
+    );
+    return rows.map((r) => ({ agentId: r.agent_id, jobId: r.id, as: r.cancel_as, reason: r.cancel_reason }));
+  }
+
+  // --- what agents report -------------------------------------------------------------------
 
   async accepted(agentId: string, jobId: string): Promise<void> {
     const job = await this.#job(agentId, jobId);
-    const em = this.#em();
-    await em.execute(
+    await this.#em().execute(
       `update deployment_jobs set status = 'running', started_at = coalesce(started_at, now())
         where id = ? and status in ('sent', 'running')`,
       [job.id],
@@ -178,22 +310,21 @@ export class JobService {
     const job = await this.#job(agentId, jobId);
     if (job.status !== 'running')
       throw new ProtocolViolation(`step.started for job ${jobId} before job.accepted`);
-    const em = this.#em();
     // Idempotent: an agent re-sending step.started after a reconnect changes nothing.
-    await em.execute(
+    await this.#em().execute(
       `insert into log_entries (id, created_at, deployment_id, seq, host, cmd, status, success, output_bytes, started_at)
        values (gen_random_uuid(), now(), ?, ?, ?, ?, 'running', false, 0, clock_timestamp())
        on conflict (deployment_id, host, seq) do nothing`,
       [job.deployment_id, step, job.host, cmd],
     );
-    this.#events.changed(job.deployment_id);
+    this.#o.events.changed(job.deployment_id);
   }
 
   async #entry(job: JobRow, step: number, em: EntityManager): Promise<EntryState> {
     const key = `${job.id}:${step}`;
     const cached = this.#entries.get(key);
     if (cached) return cached;
-    const rows = await em.execute<Array<{ id: string; finished: boolean; stored: string | number }>>(
+    const [row] = await em.execute<Array<{ id: string; finished: boolean; stored: string | number }>>(
       `select e.id, e.finished_at is not null as finished,
               case when e.finished_at is not null then e.output_bytes
                    else coalesce((select max(c."offset" + length(c.data))
@@ -202,9 +333,9 @@ export class JobService {
          from log_entries e where e.deployment_id = ? and e.host = ? and e.seq = ?`,
       [job.deployment_id, job.host, step],
     );
-    const row = rows[0];
     if (!row) throw new ProtocolViolation(`output for step ${step} of job ${job.id} before step.started`);
-    const state = { id: row.id, stored: Number(row.stored), finished: row.finished };
+    const stored = Number(row.stored);
+    const state = { id: row.id, stored, received: stored, finished: row.finished };
     // Only entries still receiving output are kept in memory.
     if (!state.finished) this.#entries.set(key, state);
     return state;
@@ -213,25 +344,31 @@ export class JobService {
   /**
    * Stores a chunk of output at its byte offset and returns the offset up to which everything is
    * stored (the acknowledgement). Bytes already stored are dropped; a chunk past a gap is not
-   * stored, so the agent re-sends from the acknowledged offset. Output re-sent after a reconnect
-   * for a step that already ended is acknowledged and dropped: its entry is complete.
+   * stored, so the agent re-sends from the acknowledged offset; past the output limit bytes are
+   * counted, acknowledged and dropped. Output re-sent for a step that already ended is
+   * acknowledged and dropped: its entry is complete.
    */
   async output(agentId: string, jobId: string, step: number, offset: number, data: Buffer): Promise<number> {
     const em = this.#em();
     const job = await this.#job(agentId, jobId, em, true);
     const entry = await this.#entry(job, step, em);
     const end = offset + data.length;
-    if (entry.finished) return Math.max(entry.stored, end);
-    if (offset > entry.stored || end <= entry.stored) return entry.stored;
-    const fresh = data.subarray(entry.stored - offset);
-    await em.execute(
-      `insert into log_chunks (log_entry_id, "offset", data, created_at) values (?, ?, ?, now())
-       on conflict (log_entry_id, "offset") do nothing`,
-      [entry.id, entry.stored, fresh],
-    );
-    entry.stored = end;
-    this.#events.changed(job.deployment_id);
-    return entry.stored;
+    if (entry.finished) return Math.max(entry.received, end);
+    if (offset > entry.received || end <= entry.received) return entry.received;
+    const fresh = data.subarray(entry.received - offset);
+    const room = Math.max(0, this.#o.outputLimitBytes - entry.stored);
+    const kept = fresh.subarray(0, room);
+    if (kept.length > 0) {
+      await em.execute(
+        `insert into log_chunks (log_entry_id, "offset", data, created_at) values (?, ?, ?, now())
+         on conflict (log_entry_id, "offset") do nothing`,
+        [entry.id, entry.stored, kept],
+      );
+      entry.stored += kept.length;
+      this.#o.events.changed(job.deployment_id);
+    }
+    entry.received = end;
+    return entry.received;
   }
 
   async stepFinished(
@@ -244,25 +381,46 @@ export class JobService {
     const job = await this.#job(agentId, jobId, em);
     const entry = await this.#entry(job, step, em);
     if (entry.finished) return;
+    const notes: string[] = [];
+    if (result.outputBytes > entry.stored && entry.stored >= this.#o.outputLimitBytes) {
+      notes.push(
+        `output truncated: this entry keeps the first ${mib(this.#o.outputLimitBytes)}; ${result.outputBytes - entry.stored} more bytes were printed`,
+      );
+    }
+    if (result.error) notes.push(result.error);
     const success = result.exitCode === 0 && result.signal === null && !result.error;
-    const status = success ? 'success' : 'failed';
-    await this.#completeEntry(em, entry.id, status, result.exitCode, result.signal, result.error);
+    const status = success ? 'success' : await this.#failedStepStatus(em, job.deployment_id, result.error);
+    await this.#completeEntry(em, entry.id, status, result.exitCode, result.signal, notes);
     entry.finished = true;
     this.#entries.delete(`${job.id}:${step}`);
-    this.#events.changed(job.deployment_id);
+    this.#o.events.changed(job.deployment_id);
   }
 
-  /** Ends an entry: its chunks become its output (compaction), with a note when it did not end by itself. */
+  /** A step that did not succeed: stopped by a cancel or deadline that was asked for, by its own time limit, or failed. */
+  async #failedStepStatus(
+    em: EntityManager,
+    deploymentId: string,
+    error: string | undefined,
+  ): Promise<string> {
+    const [d] = await em.execute<Array<{ cancel_as: string | null }>>(
+      'select cancel_as from deployments where id = ?',
+      [deploymentId],
+    );
+    if (d?.cancel_as) return d.cancel_as;
+    return /^timed out/.test(error ?? '') ? 'timed_out' : 'failed';
+  }
+
+  /** Ends an entry: its chunks become its output (compaction), with notes when it did not end by itself. */
   async #completeEntry(
     em: EntityManager,
     entryId: string,
     status: string,
     exitCode: number | null,
     signal: string | null,
-    note?: string,
+    notes: string[],
   ): Promise<void> {
     await em.transactional(async (tx) => {
-      const suffix = note ? Buffer.from(`\n[deckhand] ${note}\n`) : Buffer.alloc(0);
+      const suffix = Buffer.from(notes.map((n) => `\n[deckhand] ${n}\n`).join(''));
       const updated = await tx.execute<Array<{ id: string }>>(
         `update log_entries e
             set output = coalesce((select string_agg(c.data, ''::bytea order by c."offset")
@@ -279,32 +437,30 @@ export class JobService {
   }
 
   async jobFinished(agentId: string, jobId: string, status: JobStatus, reason?: string): Promise<void> {
+    const job = await this.#job(agentId, jobId);
+    await this.#endJob(job, status, reason ?? null);
+  }
+
+  /** Ends a job (reported by its agent, or lost): open entries close, the rest are skipped. */
+  async #endJob(job: JobRow, status: JobStatus, reason: string | null): Promise<void> {
     const em = this.#em();
-    const job = await this.#job(agentId, jobId, em);
-    const [d] = await em.execute<Array<{ snapshot: DeploymentSnapshot; commit: string }>>(
-      'select snapshot, commit from deployments where id = ?',
+    const [d] = await em.execute<DeploymentRow[]>(
+      `select ${DEPLOYMENT_COLUMNS} from deployments where id = ?`,
       [job.deployment_id],
     );
-    const plan = planSteps({ commit: d!.commit, commands: d!.snapshot.commands });
     const entries = await em.execute<Array<{ id: string; seq: number; finished: boolean }>>(
       `select id, seq, finished_at is not null as finished from log_entries where deployment_id = ? and host = ?`,
       [job.deployment_id, job.host],
     );
-    // A step still open when the job ended (cancelled, lost) ends with the job, saying so.
+    // A step still open when the job ended (cancelled, lost) ends with the job, saying so at its end.
     for (const open of entries.filter((e) => !e.finished)) {
-      await this.#completeEntry(
-        em,
-        open.id,
-        status === 'success' ? 'failed' : status,
-        null,
-        null,
-        reason ?? `job ${status}`,
-      );
+      const entryStatus = status === 'success' ? 'failed' : status === 'abandoned' ? 'failed' : status;
+      await this.#completeEntry(em, open.id, entryStatus, null, null, [reason ?? `job ${status}`]);
       this.#entries.delete(`${job.id}:${open.seq}`);
     }
     const lastStarted = entries.reduce((max, e) => Math.max(max, e.seq), -1);
     await em.transactional(async (tx) => {
-      for (const step of plan.filter((s) => s.index > lastStarted)) {
+      for (const step of d ? this.#plan(d).filter((s) => s.index > lastStarted) : []) {
         await tx.execute(
           `insert into log_entries (id, created_at, deployment_id, seq, host, cmd, status, success, output, output_bytes, started_at, finished_at)
            values (gen_random_uuid(), now(), ?, ?, ?, ?, 'skipped', false, ''::bytea, 0, clock_timestamp(), clock_timestamp())
@@ -314,11 +470,11 @@ export class JobService {
       }
       await tx.execute(
         `update deployment_jobs set status = ?, reason = ?, finished_at = now() where id = ? and status in ('sent', 'running')`,
-        [status, reason ?? null, job.id],
+        [status, reason, job.id],
       );
     });
     await this.#finishDeploymentIfDone(job.deployment_id);
-    this.#events.changed(job.deployment_id);
+    this.#o.events.changed(job.deployment_id);
   }
 
   async #finishDeploymentIfDone(deploymentId: string): Promise<void> {
@@ -328,10 +484,14 @@ export class JobService {
       [deploymentId],
     );
     if (jobs.length === 0 || jobs.some((j) => !FINAL_JOB.has(j.status))) return;
-    const [d] = await em.execute<Array<{ commit: string }>>('select commit from deployments where id = ?', [
-      deploymentId,
-    ]);
-    const outcome = deploymentOutcome(jobs, d?.commit ?? '');
+    const [d] = await em.execute<
+      Array<{ commit: string; cancel_as: 'cancelled' | 'timed_out' | null; cancel_reason: string | null }>
+    >('select commit, cancel_as, cancel_reason from deployments where id = ?', [deploymentId]);
+    const outcome = deploymentOutcome(
+      jobs,
+      d?.commit ?? '',
+      d?.cancel_as ? { as: d.cancel_as, reason: d.cancel_reason ?? '' } : null,
+    );
     const updated = await em.execute<Array<{ id: string }>>(
       `update deployments set status = ?, reason = ?, finished_at = now() where id = ? and status = 'running' returning id`,
       [outcome.status, outcome.reason, deploymentId],
@@ -340,23 +500,28 @@ export class JobService {
   }
 }
 
-/** The deployment's end from its hosts' jobs: success only when every host succeeded. */
+/**
+ * The deployment's end from its hosts' jobs: success only when every host succeeded; a cancel or
+ * deadline that was asked for decides otherwise, with its reason.
+ */
 export function deploymentOutcome(
   jobs: Array<{ host: string; status: JobStatus; reason: string | null }>,
   commit: string,
+  cancel: { as: 'cancelled' | 'timed_out'; reason: string } | null = null,
 ): { status: DeploymentStatus; reason: string } {
   const hosts = jobs.map((j) => j.host).join(', ');
   if (jobs.every((j) => j.status === 'success')) {
     return { status: 'success', reason: `Deployed ${commit.slice(0, 12)} to ${hosts}` };
   }
   const bad = jobs.filter((j) => j.status !== 'success');
-  const reason = bad.map((j) => `${j.host}: ${j.reason ?? j.status}`).join('; ');
+  const detail = bad.map((j) => `${j.host}: ${j.reason ?? j.status}`).join('; ');
+  if (cancel) return { status: cancel.as, reason: cancel.reason };
   const status: DeploymentStatus = bad.some((j) => j.status === 'timed_out')
     ? 'timed_out'
     : bad.every((j) => j.status === 'cancelled')
       ? 'cancelled'
       : 'failed';
-  return { status, reason };
+  return { status, reason: detail };
 }
 
 /** A PostgreSQL array literal of uuids (MikroORM spreads JS arrays into separate parameters). */

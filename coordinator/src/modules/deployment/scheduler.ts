@@ -14,7 +14,7 @@ import type { ProjectService } from '../project/project.service.ts';
 import { resolveBranchHead } from './commit-resolver.ts';
 import type { DeploymentSnapshot } from './deployment.entity.ts';
 import type { DeploymentEvents } from './deployment-events.ts';
-import { isSshRemote } from './job.service.ts';
+import { isSshRemote, type JobService } from './job.service.ts';
 
 interface Candidate {
   id: string;
@@ -30,6 +30,7 @@ export interface SchedulerOptions {
   agents: AgentService;
   projects: ProjectService;
   events: DeploymentEvents;
+  jobs: JobService;
   /** Sends pending jobs to the agents connected to this process. */
   dispatch: () => Promise<void>;
   log: Logger;
@@ -84,6 +85,7 @@ export class Scheduler {
   }
 
   async #pass(): Promise<void> {
+    await this.#housekeeping();
     const em = this.#o.orm.em.fork();
     const candidates = await em.execute<Candidate[]>(
       `select d.id, d.project_id, d.commit, d.branch, d.reason, d.snapshot
@@ -102,6 +104,39 @@ export class Scheduler {
       started = (await this.#tryStart(candidate)) || started;
     }
     if (started) await this.#o.dispatch();
+  }
+
+  /**
+   * Nothing is left running or waiting forever: jobs whose agents fell silent past their lease
+   * are lost, running deployments past their deadline are stopped as timed out, and queued ones
+   * past the queue timeout fail with what they waited for.
+   */
+  async #housekeeping(): Promise<void> {
+    const lost = await this.#o.jobs.expireLeases();
+    if (lost) this.#o.log.warn({ jobs: lost }, 'jobs lost with their agents (lease expired)');
+    const em = this.#o.orm.em.fork();
+    const late = await em.execute<Array<{ id: string; seconds: number | null }>>(
+      `select id, (snapshot->'policies'->'timeouts'->>'deployment_seconds')::int as seconds
+         from deployments
+        where status = 'running' and deadline_at < now() and cancel_requested_at is null`,
+    );
+    for (const d of late) {
+      await this.#o.jobs.requestCancel(
+        d.id,
+        'timed_out',
+        `Timed out: the deployment ran longer than ${d.seconds} s`,
+      );
+    }
+    const expired = await em.execute<Array<{ id: string }>>(
+      `update deployments
+          set status = 'failed', finished_at = now(),
+              reason = 'Waited longer than ' || coalesce((snapshot->'policies'->'timeouts'->>'queue_seconds')::int, 3600)
+                       || ' s in the queue: ' || coalesce(reason, 'not started')
+        where status = 'queued'
+          and started_at + coalesce((snapshot->'policies'->'timeouts'->>'queue_seconds')::int, 3600) * interval '1 second' < now()
+        returning id`,
+    );
+    for (const d of expired) this.#o.events.changed(d.id);
   }
 
   async #tryStart(c: Candidate): Promise<boolean> {
@@ -160,9 +195,12 @@ export class Scheduler {
           [c.id],
         );
         if (locked.length === 0) return false;
+        const seconds = c.snapshot.policies?.timeouts.deployment_seconds ?? null;
         await em.execute(
-          `update deployments set status = 'running', commit = ?, hosts = ?, reason = ? where id = ?`,
-          [commit, JSON.stringify(hosts), `Running on ${hosts.join(', ')}`, c.id],
+          `update deployments set status = 'running', commit = ?, hosts = ?, reason = ?,
+                  deadline_at = now() + ?::int * interval '1 second'
+            where id = ?`,
+          [commit, JSON.stringify(hosts), `Running on ${hosts.join(', ')}`, seconds, c.id],
         );
         for (const agent of agents) {
           await em.execute(

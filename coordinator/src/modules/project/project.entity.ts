@@ -8,6 +8,31 @@ export interface SshTarget {
   ssh: { host: string; port: number; username: string; host_key_fingerprint: string };
 }
 export type CheckoutCredentials = 'deploy_key' | 'host';
+
+/** How a project's deployments run: limits, concurrency and releases (API names, snake_case). */
+export interface ProjectPolicies {
+  timeouts: {
+    /** One command; null: no limit. */
+    command_seconds: number | null;
+    /** The whole deployment, from when it starts running. */
+    deployment_seconds: number | null;
+    /** Waiting in the queue before it fails. */
+    queue_seconds: number;
+  };
+  /** `queue`: one at a time, in order. `supersede`: a newer trigger cancels older queued ones. */
+  concurrency: 'queue' | 'supersede';
+  /** With `supersede`: also cancel the running deployment. */
+  supersede_running: boolean;
+  /** Build each deployment in its own release folder and switch `current` atomically. */
+  releases: { keep: number; health_check: string | null } | null;
+}
+
+export const DEFAULT_POLICIES: ProjectPolicies = {
+  timeouts: { command_seconds: null, deployment_seconds: 3600, queue_seconds: 3600 },
+  concurrency: 'queue',
+  supersede_running: false,
+  releases: null,
+};
 /** What a project stores as its target; an SSH private key lives encrypted beside it. */
 export type Target = AgentTarget | SshTarget;
 
@@ -35,6 +60,7 @@ export const Project = defineEntity({
     checkoutCredentials: p.string().length(16).$type<CheckoutCredentials>().default('deploy_key'),
     /** known_hosts lines for the forge; unset: the host's own known_hosts. Checked strictly either way. */
     forgeKnownHosts: p.text().nullable(),
+    policies: p.json<ProjectPolicies>().onCreate(() => structuredClone(DEFAULT_POLICIES)),
     updatedAt: timestamp()
       .onCreate(() => new Date())
       .onUpdate(() => new Date()),

@@ -76,6 +76,36 @@ export const CheckoutInput = Type.Object(
   { additionalProperties: false },
 );
 
+const Seconds = (max: number) => Type.Integer({ minimum: 1, maximum: max });
+export const PolicyFields = {
+  timeouts: Type.Optional(
+    Type.Object(
+      {
+        command_seconds: Type.Optional(Type.Union([Seconds(7 * 86_400), Type.Null()])),
+        deployment_seconds: Type.Optional(Type.Union([Seconds(7 * 86_400), Type.Null()])),
+        queue_seconds: Type.Optional(Seconds(30 * 86_400)),
+      },
+      { additionalProperties: false },
+    ),
+  ),
+  concurrency: Type.Optional(Type.Enum(['queue', 'supersede'])),
+  supersede_running: Type.Optional(Type.Boolean()),
+  releases: Type.Optional(
+    Type.Union([
+      Type.Object(
+        {
+          keep: Type.Optional(Type.Integer({ minimum: 1, maximum: 100 })),
+          health_check: Type.Optional(
+            Type.Union([Type.String({ minLength: 1, maxLength: 10_000 }), Type.Null()]),
+          ),
+        },
+        { additionalProperties: false },
+      ),
+      Type.Null(),
+    ]),
+  ),
+};
+
 export const CreateProjectBody = Type.Object({
   name: ProjectName,
   forge_url: ForgeUrl,
@@ -86,6 +116,7 @@ export const CreateProjectBody = Type.Object({
   secrets: Type.Optional(EnvMap),
   webhook_secret: Type.Optional(Type.String({ minLength: 16, maxLength: 256 })),
   checkout: Type.Optional(CheckoutInput),
+  ...PolicyFields,
 });
 export type CreateProjectBody = Static<typeof CreateProjectBody>;
 
@@ -98,6 +129,7 @@ export const UpdateProjectBody = Type.Object({
   env: Type.Optional(EnvMap),
   secrets: Type.Optional(SecretsPatch),
   checkout: Type.Optional(CheckoutInput),
+  ...PolicyFields,
 });
 export type UpdateProjectBody = Static<typeof UpdateProjectBody>;
 
@@ -117,6 +149,17 @@ export const ProjectJson = Type.Object({
     credentials: Type.Enum(['deploy_key', 'host']),
     known_hosts: Type.Union([Type.String(), Type.Null()]),
   }),
+  timeouts: Type.Object({
+    command_seconds: Type.Union([Type.Integer(), Type.Null()]),
+    deployment_seconds: Type.Union([Type.Integer(), Type.Null()]),
+    queue_seconds: Type.Integer(),
+  }),
+  concurrency: Type.Enum(['queue', 'supersede']),
+  supersede_running: Type.Boolean(),
+  releases: Type.Union([
+    Type.Object({ keep: Type.Integer(), health_check: Type.Union([Type.String(), Type.Null()]) }),
+    Type.Null(),
+  ]),
   deploy_key: Type.Object({
     public_key: Type.String({ description: 'Add it to the forge as a read-only deploy key' }),
   }),

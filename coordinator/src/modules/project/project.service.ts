@@ -10,10 +10,57 @@ import type { SecretBox } from '../common/crypto.ts';
 import { BadRequestError, ConflictError, NotFoundError } from '../common/errors.ts';
 import { iso } from '../common/schemas.ts';
 import { Deployment } from '../deployment/deployment.entity.ts';
-import { type IProject, Project, type Target } from './project.entity.ts';
-import type { CreateProjectBody, ProjectJson, TargetInput, UpdateProjectBody } from './project.schema.ts';
+import {
+  DEFAULT_POLICIES,
+  type IProject,
+  Project,
+  type ProjectPolicies,
+  type Target,
+} from './project.entity.ts';
+import type {
+  CreateProjectBody,
+  PolicyFields,
+  ProjectJson,
+  TargetInput,
+  UpdateProjectBody,
+} from './project.schema.ts';
 
 const sshUtils = ssh2.utils;
+
+/** A project's policies, defaults filled in for what it does not say. */
+export function policiesOf(project: { policies?: ProjectPolicies | null }): ProjectPolicies {
+  const p = project.policies ?? DEFAULT_POLICIES;
+  return {
+    timeouts: { ...DEFAULT_POLICIES.timeouts, ...p.timeouts },
+    concurrency: p.concurrency ?? 'queue',
+    supersede_running: p.supersede_running ?? false,
+    releases: p.releases ?? null,
+  };
+}
+
+function mergePolicies(
+  current: ProjectPolicies,
+  input: Partial<Pick<CreateProjectBody, keyof typeof PolicyFields>>,
+): ProjectPolicies {
+  const releases =
+    input.releases === undefined
+      ? current.releases
+      : input.releases === null
+        ? null
+        : {
+            keep: input.releases.keep ?? current.releases?.keep ?? 5,
+            health_check:
+              input.releases.health_check === undefined
+                ? (current.releases?.health_check ?? null)
+                : input.releases.health_check,
+          };
+  return {
+    timeouts: { ...current.timeouts, ...input.timeouts },
+    concurrency: input.concurrency ?? current.concurrency,
+    supersede_running: input.supersede_running ?? current.supersede_running,
+    releases,
+  };
+}
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export const isUuid = (v: unknown): v is string => typeof v === 'string' && UUID.test(v);
@@ -41,6 +88,7 @@ export class ProjectService {
       secret_keys: project.secretKeys,
       checkout: { credentials: project.checkoutCredentials, known_hosts: project.forgeKnownHosts ?? null },
       deploy_key: { public_key: project.deployKeyPublic ?? '' },
+      ...policiesOf(project),
       created_at: iso(project.createdAt),
       updated_at: iso(project.updatedAt),
     };
@@ -68,7 +116,8 @@ export class ProjectService {
           webhookSecretEncrypted: this.#box.encrypt(secret),
           ...this.#newDeployKey(),
           checkoutCredentials: input.checkout?.credentials ?? 'deploy_key',
-          forgeKnownHosts: input.checkout?.known_hosts ?? null,
+          forgeKnownHosts: input.checkout?.known_hosts?.trim() || null,
+          policies: mergePolicies(DEFAULT_POLICIES, input),
         });
         recordAudit(em, actor, 'project.create', { type: 'project', id: project.id }, { name: project.name });
         await em.flush();
@@ -107,7 +156,9 @@ export class ProjectService {
         if (input.env !== undefined) project.env = input.env;
         if (input.checkout?.credentials !== undefined)
           project.checkoutCredentials = input.checkout.credentials;
-        if (input.checkout?.known_hosts !== undefined) project.forgeKnownHosts = input.checkout.known_hosts;
+        if (input.checkout?.known_hosts !== undefined)
+          project.forgeKnownHosts = input.checkout.known_hosts?.trim() || null;
+        project.policies = mergePolicies(policiesOf(project), input);
         if (input.target !== undefined) {
           const target = this.#target(input.target, project.sshPrivateKeyEncrypted ?? null);
           project.target = target.target;

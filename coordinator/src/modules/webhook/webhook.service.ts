@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EntityManager, MikroORM } from '@mikro-orm/postgresql';
 import type { Actor } from '../common/actor.ts';
-import type { DeploymentService } from '../deployment/deployment.service.ts';
+import type { DeploymentService, Triggered } from '../deployment/deployment.service.ts';
 import type { IProject } from '../project/project.entity.ts';
 import type { ProjectService } from '../project/project.service.ts';
 import {
@@ -122,57 +122,59 @@ export class WebhookService {
   ): Promise<WebhookResult> {
     const deploymentId = randomUUID();
     const triggered = webhookReply({ kind: 'deploy', ...decision });
-    const result: WebhookResult = await this.#orm.em.fork().transactional(async (em) => {
-      // Claim the delivery id first: the partial unique index makes a concurrent or repeated
-      // delivery of the same id lose here, inside the transaction, so it never deploys twice.
-      const claimed = await em.execute<Array<{ id: string }>>(
-        `insert into webhook_deliveries
+    const result: WebhookResult & { stored?: Triggered } = await this.#orm.em
+      .fork()
+      .transactional(async (em) => {
+        // Claim the delivery id first: the partial unique index makes a concurrent or repeated
+        // delivery of the same id lose here, inside the transaction, so it never deploys twice.
+        const claimed = await em.execute<Array<{ id: string }>>(
+          `insert into webhook_deliveries
            (id, created_at, project_id, forge, event, delivery_id, signature_valid, status_code, decision, reason, deployment_id, headers)
          values (?, now(), ?, ?, ?, ?, true, ?, 'deployed', ?, ?, ?)
          on conflict (project_id, delivery_id) where decision = 'deployed' and delivery_id is not null do nothing
          returning id`,
-        [
-          randomUUID(),
-          project.id,
-          base.forge,
-          base.event,
-          base.deliveryId,
-          triggered.status,
-          triggered.body,
-          deploymentId,
-          JSON.stringify(base.headers),
-        ],
-      );
-      if (claimed.length === 0) {
-        em.create(WebhookDelivery, {
-          ...base,
-          signatureValid: true,
-          statusCode: 200,
-          decision: 'duplicate',
-          reason: 'Already handled',
-          deploymentId: null,
+          [
+            randomUUID(),
+            project.id,
+            base.forge,
+            base.event,
+            base.deliveryId,
+            triggered.status,
+            triggered.body,
+            deploymentId,
+            JSON.stringify(base.headers),
+          ],
+        );
+        if (claimed.length === 0) {
+          em.create(WebhookDelivery, {
+            ...base,
+            signatureValid: true,
+            statusCode: 200,
+            decision: 'duplicate',
+            reason: 'Already handled',
+            deploymentId: null,
+          });
+          return { status: 200, body: 'Already handled' };
+        }
+        const who = decision.pusher ? ` by ${decision.pusher}` : '';
+        const actor: Actor = {
+          type: 'webhook',
+          id: base.deliveryId,
+          name: `${forge} push${who}`,
+          role: null,
+          userId: null,
+        };
+        const stored = await this.#deployments.triggerIn(em, {
+          id: deploymentId,
+          project,
+          trigger: 'webhook',
+          actor,
+          commit: decision.commit,
+          branch: decision.branch,
         });
-        return { status: 200, body: 'Already handled' };
-      }
-      const who = decision.pusher ? ` by ${decision.pusher}` : '';
-      const actor: Actor = {
-        type: 'webhook',
-        id: base.deliveryId,
-        name: `${forge} push${who}`,
-        role: null,
-        userId: null,
-      };
-      await this.#deployments.triggerIn(em, {
-        id: deploymentId,
-        project,
-        trigger: 'webhook',
-        actor,
-        commit: decision.commit,
-        branch: decision.branch,
+        return { ...triggered, deploymentId, stored };
       });
-      return { ...triggered, deploymentId };
-    });
-    if (result.deploymentId) this.#deployments.queued(result.deploymentId);
-    return result;
+    if (result.stored) this.#deployments.queued(result.stored);
+    return { status: result.status, body: result.body, deploymentId: result.deploymentId };
   }
 }
