@@ -69,8 +69,8 @@ describe('decoding frames from an agent', () => {
       'step.output: offset',
     ],
     [
-      'data that is not base64',
-      JSON.stringify({ type: 'step.output', jobId: JOB, step: 0, seq: 0, offset: 0, data: '%%' }),
+      'data that is not a string',
+      JSON.stringify({ type: 'step.output', jobId: JOB, step: 0, seq: 0, offset: 0, data: 42 }),
       'step.output: data',
     ],
     [

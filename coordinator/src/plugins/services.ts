@@ -2,6 +2,7 @@
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
+import pg from 'pg';
 import type { Logger } from 'pino';
 import { AgentHub } from '../modules/agent/agent-hub.ts';
 import { AgentService } from '../modules/agent/agent.service.ts';
@@ -17,6 +18,7 @@ import { WebhookService } from '../modules/webhook/webhook.service.ts';
 
 export interface Services {
   orm: MikroORM;
+  pool: pg.Pool;
   events: DeploymentEvents;
   jobs: JobService;
   hub: AgentHub;
@@ -57,7 +59,11 @@ export function createServices(o: ServiceOptions): Services {
   const projects = new ProjectService(o.orm, o.box, (id) => `${o.publicUrl()}/webhook/${id}`);
   const agents = new AgentService(o.orm, 3 * o.agentHeartbeatMs);
   const events = new InProcessDeploymentEvents();
+  // Output ingest writes through a small plain pool of its own (see JobService.outputs).
+  const pool = new pg.Pool({ connectionString: o.orm.config.get('clientUrl'), max: 4 });
+  pool.on('error', (err) => o.log.warn({ err }, 'output ingest database connection error'));
   const jobs = new JobService({
+    pool,
     orm: o.orm,
     events,
     box: o.box,
@@ -95,6 +101,7 @@ export function createServices(o: ServiceOptions): Services {
   const webhooks = new WebhookService(o.orm, projects, deployments);
   return {
     orm: o.orm,
+    pool,
     users,
     projects,
     agents,
@@ -122,6 +129,7 @@ export default fp(
     app.addHook('preClose', async () => {
       await services.scheduler.stop();
       await services.hub.stop();
+      await services.pool.end();
     });
   },
   { name: 'services' },

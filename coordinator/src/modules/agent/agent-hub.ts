@@ -12,6 +12,7 @@ import {
   encodeFrame,
   type Hello,
   PROTOCOL_VERSION,
+  type StepOutput,
 } from '@deckhand/protocol';
 import type { Logger } from 'pino';
 import type { WebSocket } from 'ws';
@@ -39,6 +40,8 @@ class Connection {
   readonly agent: IAgent;
   welcomed = false;
   alive = true;
+  /** Output frames waiting to be stored together (the last thing queued, if any). */
+  openBatch: StepOutput[] | null = null;
   /** Job messages are handled strictly in order. */
   queue: Promise<void> = Promise.resolve();
 
@@ -116,21 +119,36 @@ export class AgentHub {
         conn.close(CloseCode.BAD_FRAME, `expected hello, got ${message.type}`);
         return;
       }
-      conn.queue = conn.queue.then(() =>
-        this.#handle(conn, message).catch((err) => {
-          if (err instanceof LateMessage) {
-            log.info({ error: err.message, type: message.type }, 'ignored a late message about an ended job');
-          } else if (err instanceof ProtocolViolation) {
-            log.warn({ error: err.message }, 'agent broke the protocol: closing its connection');
-            conn.close(CloseCode.BAD_FRAME, err.message);
-          } else {
-            // Our failure (e.g. the database): the agent keeps its unacknowledged output and
-            // re-sends it when it reconnects.
-            log.error({ err }, 'could not handle an agent message: closing the connection');
-            conn.close(CloseCode.GOING_AWAY, 'coordinator error, reconnect');
-          }
-        }),
-      );
+      const failed = (err: unknown) => {
+        if (err instanceof LateMessage) {
+          log.info({ error: err.message, type: message.type }, 'ignored a late message about an ended job');
+        } else if (err instanceof ProtocolViolation) {
+          log.warn({ error: err.message }, 'agent broke the protocol: closing its connection');
+          conn.close(CloseCode.BAD_FRAME, err.message);
+        } else {
+          // Our failure (e.g. the database): the agent keeps its unacknowledged output and
+          // re-sends it when it reconnects.
+          log.error({ err }, 'could not handle an agent message: closing the connection');
+          conn.close(CloseCode.GOING_AWAY, 'coordinator error, reconnect');
+        }
+      };
+      if (message.type === 'step.output') {
+        // Output frames that arrive while earlier work is in progress are stored together, in
+        // one statement, when their turn comes; order with other messages is kept.
+        if (conn.openBatch) {
+          conn.openBatch.push(message);
+          return;
+        }
+        const batch: StepOutput[] = [message];
+        conn.openBatch = batch;
+        conn.queue = conn.queue.then(() => {
+          if (conn.openBatch === batch) conn.openBatch = null;
+          return this.#outputs(conn, batch).catch(failed);
+        });
+        return;
+      }
+      conn.openBatch = null;
+      conn.queue = conn.queue.then(() => this.#handle(conn, message).catch(failed));
       if (message.type === 'hello') clearTimeout(helloTimer);
     });
     socket.on('close', () => {
@@ -156,17 +174,8 @@ export class AgentHub {
         return jobs.accepted(agentId, message.jobId);
       case 'step.started':
         return jobs.stepStarted(agentId, message.jobId, message.step, message.cmd);
-      case 'step.output': {
-        const offset = await jobs.output(
-          agentId,
-          message.jobId,
-          message.step,
-          message.offset,
-          Buffer.from(message.data, 'base64'),
-        );
-        conn.send({ type: 'output.ack', jobId: message.jobId, step: message.step, offset });
-        return;
-      }
+      case 'step.output':
+        return this.#outputs(conn, [message]);
       case 'step.finished':
         return jobs.stepFinished(agentId, message.jobId, message.step, message);
       case 'job.finished':
@@ -178,6 +187,20 @@ export class AgentHub {
         // Stored (or already ended): either way the agent may forget the job.
         conn.send({ type: 'job.ack', jobId: message.jobId });
         return;
+    }
+  }
+
+  /** Stores output frames (one statement for the lot) and acknowledges each step's new offset. */
+  async #outputs(conn: Connection, frames: StepOutput[]): Promise<void> {
+    const chunks = frames.map((f) => {
+      const data = Buffer.from(f.data, 'base64');
+      // Node's decoder skips what is not base64; a frame whose data does not survive the round
+      // trip was not base64 (cheaper than matching it with a pattern).
+      if (data.toString('base64') !== f.data) throw new ProtocolViolation('step.output: data is not base64');
+      return { jobId: f.jobId, step: f.step, offset: f.offset, data };
+    });
+    for (const ack of await this.#o.jobs.outputs(conn.agent.id, chunks)) {
+      conn.send({ type: 'output.ack', ...ack });
     }
   }
 

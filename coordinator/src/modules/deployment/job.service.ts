@@ -6,6 +6,7 @@
 // past its lease is lost), and cancellation (asked here, sent by the hub, confirmed by the agent).
 import { type JobAssign, maskedValues, planSteps } from '@deckhand/protocol';
 import type { EntityManager, MikroORM } from '@mikro-orm/postgresql';
+import type pg from 'pg';
 import type { SecretBox } from '../common/crypto.ts';
 import type { ProjectService } from '../project/project.service.ts';
 import type { DeploymentSnapshot, DeploymentStatus, JobStatus } from './deployment.entity.ts';
@@ -49,6 +50,8 @@ interface EntryState {
 
 export interface JobServiceOptions {
   orm: MikroORM;
+  /** A plain `pg` pool for the output hot path: bound (binary) parameters, one statement per batch. */
+  pool: pg.Pool;
   events: DeploymentEvents;
   box: SecretBox;
   projects: ProjectService;
@@ -76,6 +79,8 @@ export class JobService {
   // Per (job, step) still receiving output: where its entry is and how far its output got.
   // Rebuilt from the database on first use, so any coordinator process can take over an agent.
   readonly #entries = new Map<string, EntryState>();
+  /** Jobs receiving output, by id (ownership does not change while a job runs). */
+  readonly #jobs = new Map<string, JobRow>();
 
   constructor(options: JobServiceOptions) {
     this.#o = options;
@@ -342,33 +347,74 @@ export class JobService {
   }
 
   /**
-   * Stores a chunk of output at its byte offset and returns the offset up to which everything is
-   * stored (the acknowledgement). Bytes already stored are dropped; a chunk past a gap is not
-   * stored, so the agent re-sends from the acknowledged offset; past the output limit bytes are
-   * counted, acknowledged and dropped. Output re-sent for a step that already ended is
-   * acknowledged and dropped: its entry is complete.
+   * Stores output chunks at their byte offsets — one statement for the lot — and returns, per
+   * step, the offset up to which everything is stored (the acknowledgement). Bytes already stored
+   * are dropped; a chunk past a gap is not stored, so the agent re-sends from the acknowledged
+   * offset; past the output limit bytes are counted, acknowledged and dropped. Output re-sent for
+   * a step that already ended is acknowledged and dropped: its entry is complete.
    */
-  async output(agentId: string, jobId: string, step: number, offset: number, data: Buffer): Promise<number> {
+  async outputs(
+    agentId: string,
+    chunks: Array<{ jobId: string; step: number; offset: number; data: Buffer }>,
+  ): Promise<Array<{ jobId: string; step: number; offset: number }>> {
     const em = this.#em();
-    const job = await this.#job(agentId, jobId, em, true);
-    const entry = await this.#entry(job, step, em);
-    const end = offset + data.length;
-    if (entry.finished) return Math.max(entry.received, end);
-    if (offset > entry.received || end <= entry.received) return entry.received;
-    const fresh = data.subarray(entry.received - offset);
-    const room = Math.max(0, this.#o.outputLimitBytes - entry.stored);
-    const kept = fresh.subarray(0, room);
-    if (kept.length > 0) {
-      await em.execute(
-        `insert into log_chunks (log_entry_id, "offset", data, created_at) values (?, ?, ?, now())
-         on conflict (log_entry_id, "offset") do nothing`,
-        [entry.id, entry.stored, kept],
-      );
-      entry.stored += kept.length;
-      this.#o.events.changed(job.deployment_id);
+    const rows: Array<[string, number, Buffer]> = [];
+    const acks = new Map<string, { jobId: string; step: number; offset: number }>();
+    const touched = new Set<string>();
+    const keys = new Set<string>();
+    try {
+      for (const chunk of chunks) {
+        const job = await this.#ownedJob(agentId, chunk.jobId, em);
+        const entry = await this.#entry(job, chunk.step, em);
+        const key = `${job.id}:${chunk.step}`;
+        keys.add(key);
+        const end = chunk.offset + chunk.data.length;
+        if (entry.finished) {
+          acks.set(key, { jobId: job.id, step: chunk.step, offset: Math.max(entry.received, end) });
+          continue;
+        }
+        if (chunk.offset <= entry.received && end > entry.received) {
+          const fresh = chunk.data.subarray(entry.received - chunk.offset);
+          const kept = fresh.subarray(0, Math.max(0, this.#o.outputLimitBytes - entry.stored));
+          if (kept.length > 0) {
+            rows.push([entry.id, entry.stored, kept]);
+            entry.stored += kept.length;
+            touched.add(job.deployment_id);
+          }
+          entry.received = end;
+        }
+        acks.set(key, { jobId: job.id, step: chunk.step, offset: entry.received });
+      }
+      if (rows.length > 0) {
+        const values = rows.map(
+          (_, i) => `($${i * 3 + 1}::uuid, $${i * 3 + 2}::bigint, $${i * 3 + 3}::bytea, now())`,
+        );
+        await this.#o.pool.query(
+          `insert into log_chunks (log_entry_id, "offset", data, created_at) values ${values.join(', ')}
+           on conflict (log_entry_id, "offset") do nothing`,
+          rows.flat(),
+        );
+      }
+    } catch (err) {
+      // What is in memory may be ahead of what was stored: read it from the database next time.
+      for (const key of keys) this.#entries.delete(key);
+      throw err;
     }
-    entry.received = end;
-    return entry.received;
+    for (const id of touched) this.#o.events.changed(id);
+    return [...acks.values()];
+  }
+
+  /** The job, if it was given to this agent (ended ones too: re-sent output); cached while it runs. */
+  async #ownedJob(agentId: string, jobId: string, em: EntityManager): Promise<JobRow> {
+    const cached = this.#jobs.get(jobId);
+    if (cached) {
+      if (cached.agent_id !== agentId)
+        throw new ProtocolViolation(`job ${jobId} was not given to this agent`);
+      return cached;
+    }
+    const job = await this.#job(agentId, jobId, em, true);
+    if (!FINAL_JOB.has(job.status)) this.#jobs.set(jobId, job);
+    return job;
   }
 
   async stepFinished(
@@ -422,16 +468,18 @@ export class JobService {
     await em.transactional(async (tx) => {
       const suffix = Buffer.from(notes.map((n) => `\n[deckhand] ${n}\n`).join(''));
       const updated = await tx.execute<Array<{ id: string }>>(
-        `update log_entries e
-            set output = coalesce((select string_agg(c.data, ''::bytea order by c."offset")
-                                     from log_chunks c where c.log_entry_id = e.id), ''::bytea) || ?::bytea,
+        `with joined as (
+           select coalesce(string_agg(c.data, ''::bytea order by c."offset"), ''::bytea) || ?::bytea as out
+             from log_chunks c where c.log_entry_id = ?)
+         update log_entries e
+            set output = joined.out, output_bytes = length(joined.out),
                 status = ?, success = ?, exit_code = ?, signal = ?, finished_at = now()
+           from joined
           where e.id = ? and e.finished_at is null
           returning e.id`,
-        [suffix, status, status === 'success', exitCode, signal, entryId],
+        [suffix, entryId, status, status === 'success', exitCode, signal, entryId],
       );
       if (updated.length === 0) return;
-      await tx.execute('update log_entries set output_bytes = length(output) where id = ?', [entryId]);
       await tx.execute('delete from log_chunks where log_entry_id = ?', [entryId]);
     });
   }
@@ -443,6 +491,7 @@ export class JobService {
 
   /** Ends a job (reported by its agent, or lost): open entries close, the rest are skipped. */
   async #endJob(job: JobRow, status: JobStatus, reason: string | null): Promise<void> {
+    this.#jobs.delete(job.id);
     const em = this.#em();
     const [d] = await em.execute<DeploymentRow[]>(
       `select ${DEPLOYMENT_COLUMNS} from deployments where id = ?`,
