@@ -1,6 +1,9 @@
 // The agent: the connection to the coordinator and the jobs it runs, wired together. Owns the
-// order of a graceful stop (cancel jobs, let their last output reach the coordinator, close).
-import { mkdirSync } from 'node:fs';
+// order of a graceful stop (cancel jobs, let their last output reach the coordinator, close), the
+// output budget (memory, spool, backpressure) and the abandon clock: cut off from the coordinator
+// (no welcomed connection) for longer than the last welcome's `abandonAfterMs`, it stops every
+// running job and reports them `abandoned` once it is back.
+import { mkdirSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { CloseCode, type Hello, PROTOCOL_VERSION } from '@deckhand/protocol';
@@ -8,6 +11,8 @@ import type { Logger } from 'pino';
 import type { AgentConfig } from './config.ts';
 import { AgentConnection } from './connection/connection.ts';
 import { killGroupNow } from './executor/process-group.ts';
+import { OutputBudget } from './output/budget.ts';
+import { formatDuration } from './runner/job.ts';
 import { JobRunner } from './runner/job-runner.ts';
 
 export interface AgentOptions {
@@ -28,15 +33,28 @@ export class Agent {
   readonly #opts: AgentOptions;
   readonly #connection: AgentConnection;
   readonly #runner: JobRunner;
+  readonly #log: Logger;
   #stopping: Promise<void> | undefined;
+  #abandonAfterMs: number | undefined;
+  #abandonTimer: NodeJS.Timeout | undefined;
 
   constructor(opts: AgentOptions) {
     this.#opts = opts;
+    this.#log = opts.log;
     const workDir = path.resolve(opts.config.workDir);
+    // Spool files of an earlier agent process belong to jobs it has lost: start empty.
+    const spoolDir = path.join(workDir, '.deckhand', 'spool');
+    rmSync(spoolDir, { recursive: true, force: true });
+    mkdirSync(spoolDir, { recursive: true, mode: 0o700 });
     this.#runner = new JobRunner({
       workDir,
-      send: (message, onWritten) => this.#connection.send(message, onWritten),
+      send: (entry) => this.#connection.enqueue(entry),
       log: opts.log,
+      budget: new OutputBudget({
+        memoryLimit: opts.config.spoolMemoryBytes,
+        unackedLimit: opts.config.maxUnackedBytes,
+      }),
+      spoolDir,
       ...(opts.graceMs !== undefined ? { graceMs: opts.graceMs } : {}),
     });
     this.#connection = new AgentConnection({
@@ -44,11 +62,16 @@ export class Agent {
       token: opts.config.token,
       log: opts.log,
       hello: () => this.#hello(),
-      onReady: (_welcome, write) => this.#runner.resend(write),
+      onReady: (welcome) => {
+        clearTimeout(this.#abandonTimer);
+        this.#abandonTimer = undefined;
+        this.#abandonAfterMs = welcome.abandonAfterMs;
+        return this.#runner.resendEntries();
+      },
+      onDown: () => this.#startAbandonClock(),
       onMessage: (message) => this.#runner.handle(message),
       onFatal: (message) => void this.#fatal(message),
     });
-    mkdirSync(workDir, { recursive: true });
   }
 
   start(): void {
@@ -58,12 +81,14 @@ export class Agent {
   /** Stops reconnecting, cancels the running jobs, and closes the connection normally. */
   stop(reason = 'the agent is stopping'): Promise<void> {
     this.#stopping ??= (async () => {
-      await this.#runner.cancelAll(reason);
+      clearTimeout(this.#abandonTimer);
+      await this.#runner.stopAll('cancelled', reason);
       const deadline = Date.now() + FINAL_ACK_WAIT_MS;
       while (!this.#runner.settled && this.#connection.ready && Date.now() < deadline) {
         await new Promise((r) => setTimeout(r, 50));
       }
       await this.#connection.stop(CloseCode.NORMAL, 'agent stopping');
+      this.#runner.discardAll();
     })();
     return this.#stopping;
   }
@@ -73,8 +98,22 @@ export class Agent {
     for (const pgid of this.#runner.groups) killGroupNow(pgid);
   }
 
+  #startAbandonClock(): void {
+    const limit = this.#abandonAfterMs;
+    if (limit === undefined || this.#abandonTimer !== undefined) return;
+    this.#abandonTimer = setTimeout(() => {
+      this.#abandonTimer = undefined;
+      if (!this.#runner.running) return;
+      const reason = `cut off from the coordinator for more than ${formatDuration(limit)}`;
+      this.#log.warn({ abandonAfterMs: limit }, `${reason}: stopping every running job`);
+      void this.#runner.stopAll('abandoned', reason);
+    }, limit);
+  }
+
   async #fatal(message: string): Promise<void> {
-    await this.#runner.cancelAll(`the agent stopped: ${message}`);
+    clearTimeout(this.#abandonTimer);
+    await this.#runner.stopAll('cancelled', `the agent stopped: ${message}`);
+    this.#runner.discardAll();
     this.#opts.onFatal(message);
   }
 

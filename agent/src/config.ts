@@ -2,6 +2,7 @@
 // Refuses plain ws:// or http:// to anything but loopback unless --insecure, so a token never
 // crosses a network in the clear by accident.
 import { parseArgs } from 'node:util';
+import { MAX_CHUNK_BYTES } from '@deckhand/protocol';
 
 export interface AgentConfig {
   url: URL;
@@ -11,6 +12,23 @@ export interface AgentConfig {
   insecure: boolean;
   /** How long a cancelled step gets between SIGTERM and SIGKILL. */
   killGraceMs: number;
+  /** Unacknowledged output held in memory (all jobs together); past it, it is spooled to disk. */
+  spoolMemoryBytes: number;
+  /** Unacknowledged output in all (memory and spool); past it, steps' output pipes are paused. */
+  maxUnackedBytes: number;
+}
+
+export const DEFAULT_SPOOL_MEMORY_BYTES = 8 * 1024 * 1024;
+export const DEFAULT_MAX_UNACKED_BYTES = 64 * 1024 * 1024;
+
+function wholeNumber(flag: string, variable: string, raw: string, unit: string, min = 0): number {
+  const value = Number(raw);
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(value) || value < min) {
+    throw new AgentConfigError(
+      `--${flag} (or ${variable}) must be a whole number of ${unit}${min > 0 ? ` of at least ${min}` : ''}, not ${raw}`,
+    );
+  }
+  return value;
 }
 
 export class AgentConfigError extends Error {}
@@ -27,6 +45,8 @@ export function loadAgentConfig(argv: string[], env: Record<string, string | und
       labels: { type: 'string' },
       insecure: { type: 'boolean', default: false },
       'kill-grace-ms': { type: 'string' },
+      'spool-memory-bytes': { type: 'string' },
+      'max-unacked-bytes': { type: 'string' },
     },
     strict: true,
   });
@@ -60,13 +80,26 @@ export function loadAgentConfig(argv: string[], env: Record<string, string | und
     .split(',')
     .map((l) => l.trim())
     .filter(Boolean);
-  const rawGrace = values['kill-grace-ms'] ?? env.DECKHAND_KILL_GRACE_MS ?? '10000';
-  const killGraceMs = Number(rawGrace);
-  if (!/^\d+$/.test(rawGrace) || !Number.isSafeInteger(killGraceMs)) {
-    throw new AgentConfigError(
-      `--kill-grace-ms (or DECKHAND_KILL_GRACE_MS) must be a whole number of milliseconds, not ${rawGrace}`,
-    );
-  }
+  const killGraceMs = wholeNumber(
+    'kill-grace-ms',
+    'DECKHAND_KILL_GRACE_MS',
+    values['kill-grace-ms'] ?? env.DECKHAND_KILL_GRACE_MS ?? '10000',
+    'milliseconds',
+  );
+  const spoolMemoryBytes = wholeNumber(
+    'spool-memory-bytes',
+    'DECKHAND_SPOOL_MEMORY_BYTES',
+    values['spool-memory-bytes'] ?? env.DECKHAND_SPOOL_MEMORY_BYTES ?? String(DEFAULT_SPOOL_MEMORY_BYTES),
+    'bytes',
+  );
+  const maxUnackedBytes = wholeNumber(
+    'max-unacked-bytes',
+    'DECKHAND_MAX_UNACKED_BYTES',
+    values['max-unacked-bytes'] ?? env.DECKHAND_MAX_UNACKED_BYTES ?? String(DEFAULT_MAX_UNACKED_BYTES),
+    'bytes',
+    // At least one full output chunk must fit, or a step could never send anything.
+    MAX_CHUNK_BYTES,
+  );
   return {
     url,
     token,
@@ -74,5 +107,7 @@ export function loadAgentConfig(argv: string[], env: Record<string, string | und
     labels,
     insecure,
     killGraceMs,
+    spoolMemoryBytes,
+    maxUnackedBytes,
   };
 }

@@ -115,7 +115,8 @@ describe('a deployment across two agents', () => {
       expect(logs[1].log).toBe('version 2\n');
       expect(logs[2].log).toContain('line 1\nline 2\n');
       expect(logs[2].log).toContain('oops\n');
-      expect(logs[3].log).toBe(`hello sk-123 ${sha} site\n`);
+      // The secret reaches the command, and never the log: it is masked on the host.
+      expect(logs[3].log).toBe(`hello [MASKED] ${sha} site\n`);
     }
     const starts = detail.logs.map((l: { started_at: string }) => l.started_at);
     expect([...starts].sort()).toEqual(starts);
@@ -147,7 +148,9 @@ describe('agent presence', () => {
   it('GET /agents shows who is connected, their version and when they were last seen, live', async () => {
     const agent = await launch('presence-1', ['presence']);
     await waitForAgentsOnline(['presence-1']);
-    const before = (await admin.get('/agents')).json.agents.find((a: { name: string }) => a.name === 'presence-1');
+    const before = (await admin.get('/agents')).json.agents.find(
+      (a: { name: string }) => a.name === 'presence-1',
+    );
     expect(before).toMatchObject({ online: true, version: '0.1.0', labels: ['presence'] });
     expect(Date.now() - Date.parse(before.last_seen_at)).toBeLessThan(5_000);
     await agent.stop();

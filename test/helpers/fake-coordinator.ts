@@ -1,7 +1,8 @@
 // A stand-in for the coordinator's agent endpoint, for agent tests: a real WebSocket server on
 // 127.0.0.1 at /agent/ws that checks the bearer token (HTTP 401 otherwise), records every frame
 // the agent sends (decoded with the protocol's own decoder), answers hello with welcome (or a
-// reject), pings like the coordinator, and lets the test send frames and close connections.
+// reject), pings like the coordinator, acknowledges output and job ends when asked to, and lets
+// the test send frames and close connections.
 // Also the real agent process and a real git remote (a bare repository) for those tests.
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -29,6 +30,13 @@ export interface FakeCoordinatorOptions {
   ping?: boolean;
   /** Acknowledge output as it arrives (the contiguous prefix held, like the coordinator). */
   autoAck?: boolean;
+  /** Answer each `job.finished` with `job.ack` (default: as autoAck). */
+  ackJobs?: boolean;
+  /** welcome.leaseMs / welcome.abandonAfterMs (defaults 30 s / 60 s). */
+  leaseMs?: number;
+  abandonAfterMs?: number;
+  /** Sees every frame after it is recorded (and before any automatic answer): return 'drop' to terminate that connection instead of answering. */
+  onFrame?: (message: AgentMessage, conn: number) => 'drop' | void;
   /** Answers a hello: `welcome` (default), or a reject with a reason and close code. */
   onHello?: (hello: Hello) => 'welcome' | { reject: string; code: number };
 }
@@ -56,7 +64,7 @@ export class FakeCoordinator {
   readonly #http: Server;
   readonly #wss = new WebSocketServer({ noServer: true });
   readonly #sockets: WebSocket[] = [];
-  readonly #stored = new Map<string, Buffer>();
+  readonly #stored = new Map<string, number>();
   #refuseWith: number | undefined;
   #waiters: (() => void)[] = [];
 
@@ -165,17 +173,41 @@ export class FakeCoordinator {
    */
   output(jobId: string, step: number): Buffer {
     const chunks = this.messages('step.output').filter((m) => m.jobId === jobId && m.step === step);
-    let held = Buffer.alloc(0);
+    const parts: Buffer[] = [];
+    let held = 0;
     for (const c of [...chunks].sort((a, b) => a.offset - b.offset)) {
       const bytes = Buffer.from(c.data, 'base64');
-      if (c.offset > held.length) throw new Error(`gap in output of ${jobId}/${step} at ${held.length}`);
-      const overlap = held.subarray(c.offset, c.offset + bytes.length);
-      if (!overlap.equals(bytes.subarray(0, overlap.length))) {
-        throw new Error(`re-sent bytes differ at offset ${c.offset}`);
+      if (c.offset > held) throw new Error(`gap in output of ${jobId}/${step} at ${held}`);
+      const overlap = Math.min(held - c.offset, bytes.length);
+      if (overlap > 0) {
+        const mine = Buffer.concat(parts).subarray(c.offset, c.offset + overlap);
+        if (!mine.equals(bytes.subarray(0, overlap)))
+          throw new Error(`re-sent bytes differ at offset ${c.offset}`);
       }
-      held = Buffer.concat([held, bytes.subarray(overlap.length)]);
+      if (bytes.length > overlap) {
+        parts.push(bytes.subarray(overlap));
+        held += bytes.length - overlap;
+      }
     }
-    return held;
+    return Buffer.concat(parts, held);
+  }
+
+  /** Bytes of a step stored (the contiguous prefix received), as the coordinator would ack. */
+  stored(jobId: string, step: number): number {
+    return this.#stored.get(`${jobId}/${step}`) ?? 0;
+  }
+
+  /** Acknowledges everything stored so far, every step (on the latest connection). */
+  ackStored(): void {
+    for (const [key, offset] of this.#stored) {
+      const [jobId, step] = key.split('/');
+      this.send({ type: 'output.ack', jobId: jobId!, step: Number(step), offset });
+    }
+  }
+
+  /** Terminates the latest connection without a close handshake (a dropped network). */
+  dropConnection(): void {
+    this.#sockets.at(-1)?.terminate();
   }
 
   async close(): Promise<void> {
@@ -203,6 +235,12 @@ export class FakeCoordinator {
       }
       const message = decoded.message;
       this.received.push({ conn, at: Date.now(), message });
+      if (message.type === 'step.output') this.#store(message);
+      if (this.#opts.onFrame?.(message, conn) === 'drop') {
+        ws.terminate();
+        this.#notify();
+        return;
+      }
       if (message.type === 'hello') {
         const answer = this.#opts.onHello?.(message) ?? 'welcome';
         if (answer === 'welcome') {
@@ -214,6 +252,8 @@ export class FakeCoordinator {
               agentName: 'test-agent',
               protocolVersion: PROTOCOL_VERSION,
               heartbeatMs,
+              leaseMs: this.#opts.leaseMs ?? 30_000,
+              abandonAfterMs: this.#opts.abandonAfterMs ?? 60_000,
             }),
           );
           if (this.#opts.ping !== false) pinger = setInterval(() => ws.ping(), heartbeatMs);
@@ -221,14 +261,15 @@ export class FakeCoordinator {
           ws.send(encodeFrame({ type: 'reject', reason: answer.reject }));
           ws.close(answer.code, 'rejected');
         }
+      } else if (message.type === 'job.finished' && (this.#opts.ackJobs ?? this.#opts.autoAck)) {
+        ws.send(encodeFrame({ type: 'job.ack', jobId: message.jobId }));
       } else if (message.type === 'step.output' && this.#opts.autoAck) {
-        this.#store(message);
         ws.send(
           encodeFrame({
             type: 'output.ack',
             jobId: message.jobId,
             step: message.step,
-            offset: this.#stored.get(`${message.jobId}/${message.step}`)!.length,
+            offset: this.#stored.get(`${message.jobId}/${message.step}`)!,
           }),
         );
       }
@@ -241,15 +282,12 @@ export class FakeCoordinator {
     });
   }
 
+  /** Keeps how many contiguous bytes of the step arrived (all an ack needs). */
   #store(m: StepOutput): void {
     const key = `${m.jobId}/${m.step}`;
-    const held = this.#stored.get(key) ?? Buffer.alloc(0);
-    const bytes = Buffer.from(m.data, 'base64');
-    if (m.offset <= held.length && m.offset + bytes.length > held.length) {
-      this.#stored.set(key, Buffer.concat([held, bytes.subarray(held.length - m.offset)]));
-    } else {
-      this.#stored.set(key, held);
-    }
+    const held = this.#stored.get(key) ?? 0;
+    const end = m.offset + Buffer.byteLength(m.data, 'base64');
+    this.#stored.set(key, m.offset <= held && end > held ? end : held);
   }
 }
 
@@ -293,22 +331,31 @@ export function headOf(dir: string): string {
   return git(dir, 'rev-parse', 'HEAD');
 }
 
-export function jobAssign(opts: {
-  url: string;
-  commit: string;
-  commands: string[];
-  project?: { id: string; name: string };
-  env?: Record<string, string>;
-  jobId?: string;
-}): JobAssign {
+export function jobAssign(
+  opts: {
+    url: string;
+    commit: string;
+    commands: string[];
+    project?: { id: string; name: string };
+    env?: Record<string, string>;
+    jobId?: string;
+  } & Partial<
+    Pick<JobAssign, 'deploymentId' | 'kind' | 'rollbackTo' | 'releases' | 'commandTimeoutMs' | 'masks'>
+  >,
+): JobAssign {
   return {
     type: 'job.assign',
     jobId: opts.jobId ?? randomUUID(),
-    deploymentId: randomUUID(),
+    deploymentId: opts.deploymentId ?? randomUUID(),
     project: opts.project ?? { id: randomUUID(), name: 'web' },
     repository: { url: opts.url, branch: 'main', commit: opts.commit, sshKey: null, knownHosts: null },
     commands: opts.commands,
     env: opts.env ?? {},
+    kind: opts.kind ?? 'deploy',
+    rollbackTo: opts.rollbackTo ?? null,
+    releases: opts.releases ?? null,
+    commandTimeoutMs: opts.commandTimeoutMs ?? null,
+    masks: opts.masks ?? [],
   };
 }
 

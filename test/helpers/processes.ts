@@ -67,3 +67,42 @@ export function cleanEnv(extra: Record<string, string>): Record<string, string |
   }
   return { ...env, ...extra };
 }
+
+export interface CoordinatorProcess {
+  url: string;
+  port: number;
+  proc: Spawned;
+  /** Starts it again on the same port and database (after a kill). */
+  restart(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/**
+ * The real coordinator as its own process (`node coordinator/src/server.ts`), so a test can
+ * SIGKILL it. `env` must name the database (DATABASE_URL) and usually DECKHAND_SECRET.
+ */
+export async function startCoordinatorProcess(env: Record<string, string>): Promise<CoordinatorProcess> {
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const fullEnv = cleanEnv({ HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'info', ...env });
+  const handle: CoordinatorProcess = {
+    url,
+    port,
+    proc: spawnNode('coordinator/src/server.ts', [], fullEnv),
+    async restart() {
+      handle.proc = spawnNode('coordinator/src/server.ts', [], fullEnv);
+      await waitForOk(`${url}/readyz`, handle.proc, 60_000);
+    },
+    async stop() {
+      const { child } = handle.proc;
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+        await handle.proc.exited;
+        clearTimeout(timer);
+      }
+    },
+  };
+  await waitForOk(`${url}/readyz`, handle.proc, 60_000);
+  return handle;
+}

@@ -48,4 +48,19 @@ describe('agent configuration', () => {
     expect(() => loadAgentConfig(['--url', 'https://x.example'], {})).toThrow(/--token/);
     expect(() => loadAgentConfig(['--url', 'ftp://x', '--token', 't'], {})).toThrow(/http\(s\)/);
   });
+
+  it('reads the output bounds (flags over DECKHAND_* variables) with 8 MiB / 64 MiB defaults', () => {
+    const base = ['--url', 'https://x.example', '--token', 't'];
+    expect(loadAgentConfig(base, {})).toMatchObject({
+      spoolMemoryBytes: 8 * 1024 * 1024,
+      maxUnackedBytes: 64 * 1024 * 1024,
+    });
+    const env = { DECKHAND_SPOOL_MEMORY_BYTES: '1000', DECKHAND_MAX_UNACKED_BYTES: '9000000' };
+    expect(loadAgentConfig(base, env)).toMatchObject({ spoolMemoryBytes: 1000, maxUnackedBytes: 9_000_000 });
+    expect(loadAgentConfig([...base, '--spool-memory-bytes', '0'], env).spoolMemoryBytes).toBe(0);
+    expect(() => loadAgentConfig([...base, '--max-unacked-bytes', '1000'], {})).toThrow(
+      /--max-unacked-bytes \(or DECKHAND_MAX_UNACKED_BYTES\) must be a whole number of bytes of at least 262144/,
+    );
+    expect(() => loadAgentConfig([...base, '--spool-memory-bytes', '8M'], {})).toThrow(/not 8M/);
+  });
 });

@@ -91,9 +91,10 @@ describe('reconnecting', () => {
       { type: 'job.finished', jobId: job.jobId, status: 'success' },
     ]);
 
-    // On the new connection: hello first, then the unacknowledged output (all of the checkout's,
-    // step 1's from the acknowledged offset, contiguous), then what waited in the outbox (step
-    // 1's end, step 2) in order.
+    // On the new connection: hello first, then what the old connection may have lost, steps in
+    // order (all of the checkout's output and its step.finished again — the job has no job.ack
+    // yet —, step 1's output from the acknowledged offset, contiguous), then what waited in the
+    // outbox (step 1's end, step 2) in order.
     const second = fake.received.filter((r) => r.conn === 1).map((r) => r.message);
     expect(second[0]!.type).toBe('hello');
     const labels = second
@@ -104,6 +105,7 @@ describe('reconnecting', () => {
     const collapsed = labels.filter((l, i) => l !== labels[i - 1]);
     expect(collapsed).toEqual([
       'output 0',
+      'step.finished 0',
       'output 1',
       'step.finished 1',
       'step.started 2',

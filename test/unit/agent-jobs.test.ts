@@ -229,7 +229,7 @@ describe('a deploy key', () => {
     expect(readFileSync(keyFile, 'utf8')).toBe(`${job.repository.sshKey}\n`);
     expect(readFileSync(`${keyFile}.known_hosts`, 'utf8')).toBe(`${job.repository.knownHosts}\n`);
     const args = readFileSync(record, 'utf8').split('\n');
-    expect(args.slice(0, 8)).toEqual([
+    expect(args.slice(0, 12)).toEqual([
       '-i',
       keyFile,
       '-o',
@@ -237,7 +237,11 @@ describe('a deploy key', () => {
       '-o',
       'StrictHostKeyChecking=yes',
       '-o',
+      'BatchMode=yes',
+      '-o',
       `UserKnownHostsFile=${keyFile}.known_hosts`,
+      '-o',
+      'GlobalKnownHostsFile=/dev/null',
     ]);
     expect(args).toContain('git@forge.invalid');
     expect(agent.output()).not.toContain('not a real key');
@@ -347,7 +351,12 @@ describe('cancelling a job', () => {
     expect(processAlive(background!)).toBe(true);
 
     const cancelledAt = Date.now();
-    fake.send({ type: 'job.cancel', jobId: job.jobId, reason: 'cancelled by t@example.com' });
+    fake.send({
+      type: 'job.cancel',
+      jobId: job.jobId,
+      reason: 'cancelled by t@example.com',
+      as: 'cancelled',
+    });
     const finished = await fake.waitFor('job.finished', (m) => m.jobId === job.jobId);
     expect(finished).toEqual({
       type: 'job.finished',

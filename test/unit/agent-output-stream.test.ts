@@ -1,17 +1,26 @@
 // A step's output stream: batching (timer or size), the chunk limit, offsets and sequence
-// numbers, and what is kept for re-sending until acknowledged.
+// numbers, and what is kept for re-sending until acknowledged (in memory, then in spool files).
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { MAX_CHUNK_BYTES, type StepOutput } from '@deckhand/protocol';
 import { describe, expect, it } from 'vitest';
+import { OutputBudget } from '../../agent/src/output/budget.ts';
 import { OutputStream } from '../../agent/src/output/output-stream.ts';
+import { SpooledOutput } from '../../agent/src/output/unacked-output.ts';
 
+/** A stream whose entries are written at once (like a connected socket), or left waiting. */
 function collect(opts: { written?: boolean } = {}) {
   const sent: StepOutput[] = [];
   const stream = new OutputStream({
     jobId: '00000000-0000-4000-8000-000000000001',
     step: 1,
-    send: (frame, onWritten) => {
-      sent.push(frame);
-      if (opts.written !== false) onWritten();
+    send: (entry) => {
+      if (opts.written === false) return;
+      for (let m = entry.next(); m; m = entry.next()) {
+        sent.push(m as StepOutput);
+        entry.written?.(m);
+      }
     },
   });
   return { stream, sent, bytes: (f: StepOutput) => Buffer.from(f.data, 'base64') };
@@ -72,5 +81,40 @@ describe('unacknowledged output', () => {
     const { stream } = collect({ written: false });
     stream.write(Buffer.alloc(70_000, 1));
     expect(stream.unackedFrames()).toEqual([]);
+  });
+});
+
+describe('the spool', () => {
+  it('keeps output in memory up to the budget, then in a spool file that is deleted once acknowledged', () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'deckhand-spool-'));
+    try {
+      const budget = new OutputBudget({ memoryLimit: 100, unackedLimit: 250 });
+      const store = new SpooledOutput({ budget, spoolDir: dir, name: 'job-1' });
+      store.append({ seq: 0, offset: 0, bytes: Buffer.alloc(80, 'a') });
+      store.append({ seq: 1, offset: 80, bytes: Buffer.alloc(80, 'b') }); // past the memory budget
+      store.append({ seq: 2, offset: 160, bytes: Buffer.alloc(90, 'c') });
+      expect(budget.memoryBytes).toBe(80);
+      expect(budget.unackedBytes).toBe(250);
+      expect(budget.over).toBe(true);
+      expect(readdirSync(dir)).toEqual(['job-1-0.spool']);
+      // Read back from memory and from the file, trimmed to the range asked for.
+      expect(store.chunks(70, 170).map((c) => [c.seq, c.offset, c.bytes.toString()])).toEqual([
+        [0, 70, 'a'.repeat(10)],
+        [1, 80, 'b'.repeat(80)],
+        [2, 160, 'c'.repeat(10)],
+      ]);
+      let resumed = false;
+      budget.onceBelow(() => (resumed = true));
+      store.ack(120); // part of the spooled chunk
+      expect(resumed).toBe(true);
+      expect(store.chunkAt(0, 250)).toMatchObject({ seq: 1, offset: 120 });
+      expect(store.chunkAt(0, 250)!.bytes.toString()).toBe('b'.repeat(40));
+      expect(readdirSync(dir)).toHaveLength(1);
+      store.ack(250);
+      expect(readdirSync(dir)).toEqual([]);
+      expect([budget.memoryBytes, budget.unackedBytes]).toEqual([0, 0]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -1,7 +1,9 @@
 // The connection loop: connect to the coordinator's agent socket, say hello, wait for welcome,
 // hand job messages to the runner, watch the heartbeat, and reconnect with backoff until told
-// to stop or a fatal close (retryable.ts decides which). Messages sent while not connected wait
-// in the outbox and leave after the next welcome, behind the re-sent unacknowledged output.
+// to stop or a fatal close (retryable.ts decides which). Everything sent goes through one outbox
+// (outbox.ts) in order; while not connected it waits and leaves after the next welcome, behind
+// the re-sent unacknowledged output. Writing is flow-controlled: at most WRITE_WINDOW_BYTES may
+// sit in the socket's send buffer, so a slow network holds output in the spool, not in memory.
 import {
   type AgentMessage,
   CloseCode,
@@ -17,7 +19,7 @@ import type { Logger } from 'pino';
 import WebSocket from 'ws';
 import { agentSocketUrl } from './coordinator-url.ts';
 import { HeartbeatWatchdog } from './heartbeat.ts';
-import { Outbox, type OutboxEntry } from './outbox.ts';
+import { messageEntry, Outbox, type OutboxEntry } from './outbox.ts';
 import { Backoff, classifyDisconnect, type Disconnect } from './retryable.ts';
 
 /** The messages that concern jobs (everything after the handshake). */
@@ -31,10 +33,12 @@ export interface ConnectionOptions {
   /** The hello to send on each new connection (running jobs change between connections). */
   hello: () => Hello;
   /**
-   * After each welcome, before the outbox leaves: re-send what the old connection may have lost.
-   * `write` puts a message on the socket at once.
+   * After each welcome: what the old connection may have lost, to be sent before anything waiting
+   * in the outbox.
    */
-  onReady: (welcome: Welcome, write: (message: AgentMessage) => void) => void;
+  onReady: (welcome: Welcome) => OutboxEntry[];
+  /** A welcomed connection ended (the agent is cut off until the next welcome). */
+  onDown?: () => void;
   onMessage: (message: JobMessage) => void;
   /** A close that must not be retried: `message` says what to do. The connection has stopped. */
   onFatal: (message: string) => void;
@@ -42,7 +46,7 @@ export interface ConnectionOptions {
   backoff?: Backoff;
 }
 
-type State = 'idle' | 'connecting' | 'handshaking' | 'resending' | 'ready' | 'waiting' | 'stopped';
+type State = 'idle' | 'connecting' | 'handshaking' | 'ready' | 'waiting' | 'stopped';
 
 /** What happened to one socket, gathered from its events for the close decision. */
 interface Attempt {
@@ -54,6 +58,8 @@ interface Attempt {
 
 const WELCOME_TIMEOUT_MS = 10_000;
 const CLOSE_TIMEOUT_MS = 2_000;
+/** Bytes of frames handed to the socket and not yet flushed to the kernel, at most. */
+export const WRITE_WINDOW_BYTES = 1024 * 1024;
 
 export class AgentConnection {
   readonly #opts: ConnectionOptions;
@@ -67,6 +73,8 @@ export class AgentConnection {
   #welcomeTimer: NodeJS.Timeout | undefined;
   #watchdog: HeartbeatWatchdog | undefined;
   #onStopped: (() => void) | undefined;
+  /** Bytes handed to the current socket whose write has not completed. */
+  #inFlight = 0;
 
   constructor(opts: ConnectionOptions) {
     this.#opts = opts;
@@ -83,11 +91,15 @@ export class AgentConnection {
     if (this.#state === 'idle') this.#connect();
   }
 
-  /** Sends now when welcomed, else queues for after the next welcome; order is kept either way. */
+  /** Sends when welcomed (and the socket takes more), else queues; order is kept either way. */
   send(message: AgentMessage, onWritten?: () => void): void {
-    const entry: OutboxEntry = onWritten ? { message, onWritten } : { message };
-    if (this.#state === 'ready' && this.#ws?.readyState === WebSocket.OPEN) this.#write(this.#ws, entry);
-    else this.#outbox.push(entry);
+    this.enqueue(messageEntry(message, onWritten));
+  }
+
+  /** Queues an entry (e.g. lazy output) behind everything sent before it. */
+  enqueue(entry: OutboxEntry): void {
+    this.#outbox.push(entry);
+    this.#pump();
   }
 
   /** Stops reconnecting and closes the connection with `code`; resolves once it is closed. */
@@ -119,6 +131,7 @@ export class AgentConnection {
       handshakeTimeout: this.#welcomeTimeoutMs,
     });
     this.#ws = ws;
+    this.#inFlight = 0;
     const attempt: Attempt = {};
 
     ws.on('unexpected-response', (_req, res) => {
@@ -195,20 +208,35 @@ export class AgentConnection {
       { agentId: welcome.agentId, agentName: welcome.agentName, heartbeatMs: welcome.heartbeatMs },
       'connected',
     );
-    // Anything sent while re-sending queues behind it, so the order on the wire stays the order sent.
-    this.#state = 'resending';
+    let resend: OutboxEntry[] = [];
     try {
-      this.#opts.onReady(welcome, (message) => this.#write(ws, { message }));
+      resend = this.#opts.onReady(welcome);
     } catch (err) {
-      this.#log.error({ err }, 're-sending unacknowledged output failed');
+      this.#log.error({ err }, 'collecting unacknowledged output to re-send failed');
     }
-    while (this.#outbox.size > 0) this.#outbox.drain((entry) => this.#write(ws, entry));
-    if (this.#state === 'resending') this.#state = 'ready';
+    this.#outbox.unshift(resend);
+    this.#state = 'ready';
+    this.#pump();
   }
 
-  #write(ws: WebSocket, entry: OutboxEntry): void {
-    ws.send(encodeFrame(entry.message));
-    entry.onWritten?.();
+  /** Writes queued frames while welcomed and the socket's send buffer has room. */
+  #pump(): void {
+    const ws = this.#ws;
+    if (this.#state !== 'ready' || !ws || ws.readyState !== WebSocket.OPEN) return;
+    while (this.#inFlight < WRITE_WINDOW_BYTES) {
+      const next = this.#outbox.take();
+      if (!next) return;
+      const text = encodeFrame(next.message);
+      const size = Buffer.byteLength(text);
+      this.#inFlight += size;
+      ws.send(text, () => {
+        if (ws !== this.#ws) return;
+        this.#inFlight -= size;
+        // Called from the socket's write callback: continue on a fresh tick, not inside it.
+        if (this.#inFlight < WRITE_WINDOW_BYTES) setImmediate(() => this.#pump());
+      });
+      next.entry.written?.(next.message);
+    }
   }
 
   /** Ends this socket from our side; the close handler decides what comes next. */
@@ -234,6 +262,7 @@ export class AgentConnection {
   #onClose(ws: WebSocket, attempt: Attempt, code: number, reason: string): void {
     if (ws !== this.#ws) return;
     this.#ws = undefined;
+    const wasReady = this.#state === 'ready';
     clearTimeout(this.#welcomeTimer);
     this.#watchdog?.stop();
     this.#watchdog = undefined;
@@ -253,6 +282,7 @@ export class AgentConnection {
               reason: reason || attempt.error?.message || '',
               ...(attempt.rejectReason !== undefined ? { rejectReason: attempt.rejectReason } : {}),
             };
+    if (wasReady) this.#opts.onDown?.();
     const verdict = classifyDisconnect(disconnect);
     if (!verdict.retry) {
       this.#state = 'stopped';

@@ -1,11 +1,29 @@
-// Messages sent while the connection is not ready (connecting, or waiting for `welcome`): they
-// leave in the order they were sent, right after the next welcome.
+// Everything the agent sends leaves through one queue, in the order it was sent: control
+// messages as they are, output as lazy entries that read their bytes (from memory or a spool
+// file) only when the socket is ready for them, so waiting output costs no memory here. While
+// not connected the queue simply waits; it leaves after the next welcome, behind the re-sent
+// unacknowledged output.
 import type { AgentMessage } from '@deckhand/protocol';
 
 export interface OutboxEntry {
-  message: AgentMessage;
-  /** Runs when the message is written to a socket (output streams track what went out). */
-  onWritten?: () => void;
+  /** The next frame to write, or undefined when this entry has nothing (more) to send. */
+  next(): AgentMessage | undefined;
+  /** Runs after each frame of this entry is handed to a socket. */
+  written?(message: AgentMessage): void;
+}
+
+/** An entry for one message; `onWritten` runs once it is handed to a socket. */
+export function messageEntry(message: AgentMessage, onWritten?: () => void): OutboxEntry {
+  let sent = false;
+  const entry: OutboxEntry = {
+    next: () => {
+      if (sent) return undefined;
+      sent = true;
+      return message;
+    },
+  };
+  if (onWritten) entry.written = () => onWritten();
+  return entry;
 }
 
 export class Outbox {
@@ -19,10 +37,19 @@ export class Outbox {
     this.#entries.push(entry);
   }
 
-  /** Hands every waiting entry to `write`, oldest first, and forgets them. */
-  drain(write: (entry: OutboxEntry) => void): void {
-    const entries = this.#entries;
-    this.#entries = [];
-    for (const entry of entries) write(entry);
+  /** Puts entries in front of everything waiting (the re-sent output after a reconnect). */
+  unshift(entries: readonly OutboxEntry[]): void {
+    this.#entries.unshift(...entries);
+  }
+
+  /** The next frame with the entry it came from, skipping (and forgetting) exhausted entries. */
+  take(): { message: AgentMessage; entry: OutboxEntry } | undefined {
+    while (this.#entries.length > 0) {
+      const entry = this.#entries[0]!;
+      const message = entry.next();
+      if (message !== undefined) return { message, entry };
+      this.#entries.shift();
+    }
+    return undefined;
   }
 }

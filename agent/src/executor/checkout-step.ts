@@ -2,11 +2,15 @@
 // checkout), then always fetch every branch and check the commit out detached, forcibly (the
 // folder belongs to the agent). Each git command line and all git output go into the step's
 // output, so the log shows what happened. A deploy key, when given, is written for ssh to use.
+// With releases the repository lives in `<project>/repo` and the commit is materialised as a
+// worktree in `<project>/releases/<deployment id>` (releases.ts says why a worktree).
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { JobAssign, StepResult } from '@deckhand/protocol';
+import type { OutputFlow } from '../output/budget.ts';
 import { type ProcessOptions, type RunningProcess, runProcess } from './process.ts';
+import { prepareReleaseFolder, recordRelease, releasePaths } from './releases.ts';
 import { gitEnv } from './step-env.ts';
 
 /** The coordinator's rule for project names, which are folder names here: never a path. */
@@ -19,6 +23,9 @@ export interface CheckoutOptions {
   onOutput: (bytes: Buffer) => void;
   graceMs?: number;
   groups?: Set<number>;
+  flow?: OutputFlow;
+  /** With releases: the release (deployment id) to build, in `<project>/releases/<release>`. */
+  release?: string;
 }
 
 export function projectDir(workDir: string, projectName: string): string | undefined {
@@ -44,11 +51,12 @@ async function sshCommand(workDir: string, job: JobAssign): Promise<string | und
   // OpenSSH refuses a key without its final newline, and a key others can read.
   await writeFile(keyFile, sshKey.endsWith('\n') ? sshKey : `${sshKey}\n`, { mode: 0o600 });
   await chmod(keyFile, 0o600);
-  let cmd = `ssh -i ${shellQuote(keyFile)} -o IdentitiesOnly=yes -o StrictHostKeyChecking=yes`;
+  let cmd = `ssh -i ${shellQuote(keyFile)} -o IdentitiesOnly=yes -o StrictHostKeyChecking=yes -o BatchMode=yes`;
   if (knownHosts !== null) {
     const hostsFile = `${keyFile}.known_hosts`;
     await writeFile(hostsFile, knownHosts.endsWith('\n') ? knownHosts : `${knownHosts}\n`, { mode: 0o600 });
-    cmd += ` -o UserKnownHostsFile=${shellQuote(hostsFile)}`;
+    // Only the project's known hosts count, not the machine-wide file too.
+    cmd += ` -o UserKnownHostsFile=${shellQuote(hostsFile)} -o GlobalKnownHostsFile=/dev/null`;
   }
   return cmd;
 }
@@ -63,19 +71,20 @@ export function runCheckoutStep(opts: CheckoutOptions): RunningProcess {
     env: NodeJS.ProcessEnv,
     show: { echo?: string; output?: (b: Buffer) => void } = {},
   ): Promise<StepResult> => {
-    if (cancelled !== undefined) return { exitCode: null, signal: null, error: `cancelled: ${cancelled}` };
+    if (cancelled !== undefined) return { exitCode: null, signal: null, error: cancelled };
     if (show.echo !== undefined) opts.onOutput(Buffer.from(`$ git ${show.echo}\n`));
     const procOpts: ProcessOptions = { cwd, env, onOutput: show.output ?? opts.onOutput };
     if (opts.graceMs !== undefined) procOpts.graceMs = opts.graceMs;
     if (opts.groups !== undefined) procOpts.groups = opts.groups;
+    if (opts.flow !== undefined) procOpts.flow = opts.flow;
     current = runProcess('git', args, procOpts);
     return current.result;
   };
 
   const run = async (): Promise<StepResult> => {
     const { job, workDir } = opts;
-    const dir = projectDir(workDir, job.project.name);
-    if (dir === undefined) {
+    const project = projectDir(workDir, job.project.name);
+    if (project === undefined) {
       return {
         exitCode: null,
         signal: null,
@@ -83,7 +92,9 @@ export function runCheckoutStep(opts: CheckoutOptions): RunningProcess {
       };
     }
     const { url, commit } = job.repository;
-    await mkdir(workDir, { recursive: true });
+    const paths = releasePaths(project);
+    const dir = opts.release === undefined ? project : paths.repo;
+    await mkdir(opts.release === undefined ? workDir : project, { recursive: true });
     const env = gitEnv(opts.baseEnv, await sshCommand(workDir, job));
     const ok = (r: StepResult) => r.exitCode === 0 && r.signal === null && !r.error;
 
@@ -111,8 +122,21 @@ export function runCheckoutStep(opts: CheckoutOptions): RunningProcess {
       { echo: `fetch --force --prune origin '+refs/heads/*:refs/remotes/origin/*'` },
     );
     if (!ok(fetched)) return fetched;
-    return git(['checkout', '--force', '--detach', commit], dir, env, {
-      echo: `checkout --force --detach ${commit}`,
+    if (opts.release === undefined) {
+      return git(['checkout', '--force', '--detach', commit], dir, env, {
+        echo: `checkout --force --detach ${commit}`,
+      });
+    }
+    const target = path.join(paths.releases, opts.release);
+    const prepared = await prepareReleaseFolder(project, opts.release, opts.onOutput);
+    if (prepared.error !== undefined) return { exitCode: null, signal: null, error: prepared.error };
+    if (prepared.removed) {
+      const r = await git(['worktree', 'prune'], dir, env, { echo: 'worktree prune' });
+      if (!ok(r)) return r;
+    }
+    await recordRelease(project, opts.release);
+    return git(['worktree', 'add', '--detach', '--force', target, commit], dir, env, {
+      echo: `-C ${dir} worktree add --detach --force ${target} ${commit}`,
     });
   };
 

@@ -1,12 +1,14 @@
 // One step's output on its way to the coordinator: bytes in (stdout and stderr, in arrival
-// order), `step.output` frames out. Owns the batching (a timer while output arrives, or at once
-// past a size), the chunk limit, offsets and sequence numbers, and the unacknowledged bytes that
-// are re-sent after a reconnect.
+// order, already masked), `step.output` frames out. Owns the batching (a timer while output
+// arrives, or at once past a size), the chunk limit, offsets and sequence numbers, and the
+// unacknowledged bytes (unacked-output.ts: memory, then spool files) that are re-sent after a
+// reconnect. Frames leave as lazy outbox entries: the bytes are read when the socket takes them.
 import { MAX_CHUNK_BYTES, type StepOutput } from '@deckhand/protocol';
-import { MemoryUnackedOutput, type OutputChunk, type UnackedOutput } from './unacked-output.ts';
+import type { OutboxEntry } from '../connection/outbox.ts';
+import { type OutputChunk, SpooledOutput, type UnackedOutput } from './unacked-output.ts';
 
-/** Hands a frame to the connection; `onWritten` runs once it is written to a live socket. */
-export type OutputSend = (frame: StepOutput, onWritten: () => void) => void;
+/** Hands an entry to the connection's outbox. */
+export type OutputSend = (entry: OutboxEntry) => void;
 
 export interface OutputStreamOptions {
   jobId: string;
@@ -45,7 +47,7 @@ export class OutputStream {
     this.jobId = opts.jobId;
     this.step = opts.step;
     this.#send = opts.send;
-    this.#store = opts.store ?? new MemoryUnackedOutput();
+    this.#store = opts.store ?? new SpooledOutput();
     this.#flushIntervalMs = opts.flushIntervalMs ?? FLUSH_INTERVAL_MS;
     this.#flushBytes = opts.flushBytes ?? FLUSH_BYTES;
     this.#maxChunkBytes = opts.maxChunkBytes ?? MAX_CHUNK_BYTES;
@@ -54,6 +56,10 @@ export class OutputStream {
   /** Bytes the step has printed so far. */
   get bytes(): number {
     return this.#framedEnd + this.#pendingBytes;
+  }
+
+  get ackedOffset(): number {
+    return this.#store.ackedOffset;
   }
 
   /** Finished, and the coordinator has stored every byte: nothing left to keep. */
@@ -69,7 +75,7 @@ export class OutputStream {
     else this.#timer ??= setTimeout(() => this.flush(), this.#flushIntervalMs);
   }
 
-  /** Sends everything buffered now. */
+  /** Frames everything buffered and queues it now. */
   flush(): void {
     clearTimeout(this.#timer);
     this.#timer = undefined;
@@ -77,6 +83,7 @@ export class OutputStream {
     const all = Buffer.concat(this.#pending, this.#pendingBytes);
     this.#pending = [];
     this.#pendingBytes = 0;
+    const start = this.#framedEnd;
     for (let at = 0; at < all.length; at += this.#maxChunkBytes) {
       const chunk: OutputChunk = {
         seq: this.#seq++,
@@ -85,11 +92,8 @@ export class OutputStream {
       };
       this.#framedEnd += chunk.bytes.length;
       this.#store.append(chunk);
-      const end = this.#framedEnd;
-      this.#send(this.#frame(chunk), () => {
-        if (end > this.#writtenEnd) this.#writtenEnd = end;
-      });
     }
+    this.#send(this.#entry(start, this.#framedEnd));
   }
 
   /** Flushes and closes the stream; returns the step's total output bytes. */
@@ -104,11 +108,48 @@ export class OutputStream {
   }
 
   /**
-   * After a reconnect: the frames written to the old socket but not acknowledged, from the
-   * acknowledged offset. What never reached a socket still waits in the outbox, in order, behind them.
+   * After a reconnect: an entry for what was written to an old socket but not acknowledged, from
+   * the acknowledged offset. What never reached a socket still waits in the outbox, behind it.
    */
+  resendEntry(): OutboxEntry | undefined {
+    const from = this.#store.ackedOffset;
+    return from < this.#writtenEnd ? this.#entry(from, this.#writtenEnd) : undefined;
+  }
+
+  /** The frames `resendEntry()` would send, all at once (for tests). */
   unackedFrames(): StepOutput[] {
-    return this.#store.chunks(this.#store.ackedOffset, this.#writtenEnd).map((c) => this.#frame(c));
+    const entry = this.resendEntry();
+    const frames: StepOutput[] = [];
+    for (let m = entry?.next(); m; m = entry?.next()) frames.push(m as StepOutput);
+    return frames;
+  }
+
+  /** Forgets everything held (memory, spool files). */
+  discard(): void {
+    clearTimeout(this.#timer);
+    this.#finished = true;
+    this.#store.discard();
+  }
+
+  /** A lazy entry for [from, to): each frame is read from the store when the socket takes it. */
+  #entry(from: number, to: number): OutboxEntry {
+    let cursor = from;
+    return {
+      next: () => {
+        const chunk = cursor < to ? this.#store.chunkAt(cursor, to) : undefined;
+        if (!chunk) {
+          cursor = to;
+          return undefined;
+        }
+        cursor = chunk.offset + chunk.bytes.length;
+        return this.#frame(chunk);
+      },
+      written: (message) => {
+        const m = message as StepOutput;
+        const end = m.offset + Buffer.byteLength(m.data, 'base64');
+        if (end > this.#writtenEnd) this.#writtenEnd = end;
+      },
+    };
   }
 
   #frame(chunk: OutputChunk): StepOutput {

@@ -1,10 +1,13 @@
-// The jobs on this agent: takes the coordinator's job messages (assign, ack, cancel) to the
-// right job, reports the running ones for `hello`, hands back unacknowledged output after a
-// reconnect, and forgets a job once it is finished and all its output is stored.
-import type { AgentMessage, Hello } from '@deckhand/protocol';
+// The jobs on this agent: takes the coordinator's job messages (assign, output.ack, job.ack,
+// cancel) to the right job, reports the held ones for `hello`, hands back what a lost connection
+// may have swallowed after a reconnect, stops everything when the agent is cut off for too long
+// (abandon), and forgets a job once its end is acknowledged and all its output is stored.
+import type { Hello } from '@deckhand/protocol';
 import type { Logger } from 'pino';
 import type { JobMessage } from '../connection/connection.ts';
-import { Job, type Send } from './job.ts';
+import type { OutboxEntry } from '../connection/outbox.ts';
+import type { OutputBudget } from '../output/budget.ts';
+import { Job, type Send, type StopStatus } from './job.ts';
 import { ProjectLocks } from './project-locks.ts';
 
 export interface JobRunnerOptions {
@@ -12,8 +15,10 @@ export interface JobRunnerOptions {
   send: Send;
   log: Logger;
   baseEnv?: NodeJS.ProcessEnv;
-  /** SIGTERM → SIGKILL grace for cancelled steps. */
+  /** SIGTERM → SIGKILL grace for stopped steps. */
   graceMs?: number;
+  budget?: OutputBudget;
+  spoolDir?: string;
 }
 
 export class JobRunner {
@@ -29,7 +34,7 @@ export class JobRunner {
     this.#log = opts.log;
   }
 
-  /** Every job finished and every byte acknowledged. */
+  /** Every job finished, its end acknowledged and every byte stored. */
   get settled(): boolean {
     return this.#jobs.size === 0;
   }
@@ -42,7 +47,12 @@ export class JobRunner {
           return;
         }
         this.#log.info(
-          { jobId: message.jobId, project: message.project.name, commit: message.repository.commit },
+          {
+            jobId: message.jobId,
+            project: message.project.name,
+            commit: message.repository.commit,
+            kind: message.kind,
+          },
           'job assigned',
         );
         const job = new Job({
@@ -54,6 +64,8 @@ export class JobRunner {
           baseEnv: this.#opts.baseEnv ?? process.env,
           groups: this.groups,
           ...(this.#opts.graceMs !== undefined ? { graceMs: this.#opts.graceMs } : {}),
+          ...(this.#opts.budget !== undefined ? { budget: this.#opts.budget } : {}),
+          ...(this.#opts.spoolDir !== undefined ? { spoolDir: this.#opts.spoolDir } : {}),
         });
         const done = job.run().then(() => this.#forgetIfSettled(job));
         this.#jobs.set(job.id, { job, done });
@@ -69,48 +81,66 @@ export class JobRunner {
         this.#forgetIfSettled(entry.job);
         return;
       }
+      case 'job.ack': {
+        const entry = this.#jobs.get(message.jobId);
+        if (!entry) {
+          this.#log.debug({ jobId: message.jobId }, 'job.ack for a job no longer kept');
+          return;
+        }
+        entry.job.ackJob();
+        this.#forgetIfSettled(entry.job);
+        return;
+      }
       case 'job.cancel': {
         const entry = this.#jobs.get(message.jobId);
         if (!entry || entry.job.finished) {
           this.#log.warn({ jobId: message.jobId }, 'cancel for a job that is not running here');
           return;
         }
-        entry.job.cancel(message.reason);
+        entry.job.stop(message.as, message.reason);
         return;
       }
     }
   }
 
-  /** For `hello`: the jobs still running, with their step and how far its output got. */
   /**
-   * For `hello.runningJobs`: every job still held — also a finished one whose output is not all
-   * acknowledged yet, since its `job.finished` may still be waiting in the outbox; the coordinator
-   * would otherwise take it for lost.
+   * For `hello.runningJobs`: every job still held — running, or ended but not acknowledged (its
+   * `job.finished` is re-sent after the welcome); the coordinator would otherwise take it for lost.
    */
   runningJobs(): Hello['runningJobs'] {
     return [...this.#jobs.values()].map((e) => e.job.progress).slice(0, 100);
   }
 
-  /** After a reconnect: every job's unacknowledged output, oldest job first, steps in order. */
-  resend(write: (message: AgentMessage) => void): void {
-    let frames = 0;
-    for (const { job } of this.#jobs.values()) {
-      for (const frame of job.unackedFrames()) {
-        write(frame);
-        frames++;
-      }
-    }
-    if (frames > 0) this.#log.info({ frames }, 're-sent unacknowledged output');
+  /** After a reconnect: what every held job may have lost, oldest job first (Job.resendEntries). */
+  resendEntries(): OutboxEntry[] {
+    const entries = [...this.#jobs.values()].flatMap(({ job }) => job.resendEntries());
+    if (entries.length > 0)
+      this.#log.info({ entries: entries.length }, 're-sending what the coordinator may not have');
+    return entries;
   }
 
-  /** Cancels every running job and resolves when all have finished. */
-  async cancelAll(reason: string): Promise<void> {
+  /** Stops every running job with `status` and resolves when all have finished. */
+  async stopAll(status: StopStatus, reason: string): Promise<void> {
     const entries = [...this.#jobs.values()];
-    for (const { job } of entries) job.cancel(reason);
+    for (const { job } of entries) job.stop(status, reason);
     await Promise.all(entries.map((e) => e.done));
   }
 
+  /** Whether any job is still running (not just waiting for acknowledgements). */
+  get running(): boolean {
+    return [...this.#jobs.values()].some((e) => !e.job.finished);
+  }
+
+  /** Forgets every job (the agent is exiting): spool files are deleted. */
+  discardAll(): void {
+    for (const { job } of this.#jobs.values()) job.discard();
+    this.#jobs.clear();
+  }
+
   #forgetIfSettled(job: Job): void {
-    if (job.settled) this.#jobs.delete(job.id);
+    if (job.settled) {
+      job.discard();
+      this.#jobs.delete(job.id);
+    }
   }
 }

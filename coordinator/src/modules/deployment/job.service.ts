@@ -313,16 +313,29 @@ export class JobService {
 
   async stepStarted(agentId: string, jobId: string, step: number, cmd: string): Promise<void> {
     const job = await this.#job(agentId, jobId);
-    if (job.status !== 'running')
-      throw new ProtocolViolation(`step.started for job ${jobId} before job.accepted`);
-    // Idempotent: an agent re-sending step.started after a reconnect changes nothing.
-    await this.#em().execute(
+    await this.#openEntry(job, step, cmd, this.#em());
+    this.#o.events.changed(job.deployment_id);
+  }
+
+  /**
+   * Creates a step's entry (idempotent: a re-sent step.started changes nothing). A step can also
+   * become known by its output alone — the agent does not re-send `step.started` or
+   * `job.accepted` that a dying connection swallowed — so a job still `sent` becomes running.
+   */
+  async #openEntry(job: JobRow, step: number, cmd: string, em: EntityManager): Promise<void> {
+    if (job.status === 'sent') {
+      await em.execute(
+        `update deployment_jobs set status = 'running', started_at = coalesce(started_at, now()) where id = ? and status = 'sent'`,
+        [job.id],
+      );
+      job.status = 'running';
+    }
+    await em.execute(
       `insert into log_entries (id, created_at, deployment_id, seq, host, cmd, status, success, output_bytes, started_at)
        values (gen_random_uuid(), now(), ?, ?, ?, ?, 'running', false, 0, clock_timestamp())
        on conflict (deployment_id, host, seq) do nothing`,
       [job.deployment_id, step, job.host, cmd],
     );
-    this.#o.events.changed(job.deployment_id);
   }
 
   async #entry(job: JobRow, step: number, em: EntityManager): Promise<EntryState> {
@@ -338,7 +351,19 @@ export class JobService {
          from log_entries e where e.deployment_id = ? and e.host = ? and e.seq = ?`,
       [job.deployment_id, job.host, step],
     );
-    if (!row) throw new ProtocolViolation(`output for step ${step} of job ${job.id} before step.started`);
+    if (!row) {
+      // Its step.started was lost with a connection: open the entry from the plan, then read it.
+      const [d] = await em.execute<DeploymentRow[]>(
+        `select ${DEPLOYMENT_COLUMNS} from deployments where id = ?`,
+        [job.deployment_id],
+      );
+      const planned = d ? this.#plan(d).find((s) => s.index === step) : undefined;
+      if (!planned || FINAL_JOB.has(job.status)) {
+        throw new ProtocolViolation(`step ${step} of job ${job.id} is not part of its plan`);
+      }
+      await this.#openEntry(job, step, planned.cmd, em);
+      return this.#entry(job, step, em);
+    }
     const stored = Number(row.stored);
     const state = { id: row.id, stored, received: stored, finished: row.finished };
     // Only entries still receiving output are kept in memory.

@@ -1,0 +1,267 @@
+// The product as the benchmarks drive it: a real coordinator (in this process, real HTTP, its own
+// fresh database), its admin, a local git repository as the forge, and one real `deckhand-agent`
+// process connected over the real WebSocket. Probes wrap a few JobService methods of this
+// coordinator instance (nothing in the product changes) to timestamp what the coordinator does
+// with each deployment: job sent, step started, output stored, entry completed.
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import pg from 'pg';
+import pino from 'pino';
+import type { WebSocket } from 'ws';
+import { loggerOptions } from '../../coordinator/src/plugins/logger.ts';
+import {
+  type Client,
+  signUp,
+  startCoordinator,
+  type TestCoordinator,
+} from '../../test/helpers/coordinator.ts';
+import { createTestRepo } from '../../test/helpers/git.ts';
+import { type Spawned, spawnNode } from '../../test/helpers/processes.ts';
+import { type Cleanup, sleep, withTimeout } from './harness.ts';
+
+export const FINAL_STATUSES = new Set(['success', 'failed', 'cancelled', 'timed_out']);
+
+/** What the probes saw of one deployment, in performance.now() milliseconds. */
+export interface DeploymentTrace {
+  /** Named moments, first occurrence kept: jobSent, accepted, started:<step>, firstOutput:<step>, … */
+  marks: Map<string, number>;
+  /** Output frames stored per step: count, bytes, and time spent inside JobService.output(). */
+  frames: Map<number, { count: number; bytes: number; busyMs: number; lastStored: number }>;
+  /** First arrival of each frame kind on the coordinator's socket (`step.output:1`, `job.finished`…), before decoding. */
+  arrived: Map<string, number>;
+}
+
+export interface Product {
+  coord: TestCoordinator;
+  admin: Client;
+  agentName: string;
+  /** The forge: a bare repository with one commit. */
+  forgeUrl: string;
+  commit: string;
+  /** A pool on the coordinator's database, for the benchmarks' own checks. */
+  pool: pg.Pool;
+  createProject(name: string, commands: string[]): Promise<string>;
+  /** POST /deploy of the project at `commit` (as a push webhook would give it): the deployment id. */
+  deploy(projectId: string): Promise<string>;
+  trace(deploymentId: string): DeploymentTrace;
+  /** Resolves when the coordinator has handled job.finished for the deployment. */
+  jobFinished(deploymentId: string, timeoutMs: number): Promise<void>;
+  /** Coordinator log and agent output, for failure messages. */
+  diagnostics(): Promise<string>;
+}
+
+function newTrace(): DeploymentTrace {
+  return { marks: new Map(), frames: new Map(), arrived: new Map() };
+}
+
+export async function startProduct(
+  cleanup: Cleanup,
+  label: string,
+  env: Record<string, string> = {},
+): Promise<Product> {
+  const dir = await mkdtemp(path.join(tmpdir(), `deckhand-bench-${label}-`));
+  cleanup.defer('temporary folder', () => rm(dir, { recursive: true, force: true }));
+
+  // The coordinator logs at info (its default), into a file: it formats and writes what it
+  // would in production, and the file explains a failure.
+  const logFile = path.join(dir, 'coordinator.log');
+  const destination = pino.destination({ dest: logFile, sync: false });
+  const logger = pino(loggerOptions('info'), destination);
+  cleanup.defer(
+    'coordinator log',
+    () =>
+      new Promise<void>((resolve) => {
+        destination.once('close', () => resolve());
+        destination.end();
+      }),
+  );
+
+  const coord = await startCoordinator({ LOG_LEVEL: 'info', ...env }, { logger });
+  cleanup.defer('coordinator and its database', () => coord.close());
+  const dbUrl = String(coord.orm.config.get('clientUrl'));
+  const pool = new pg.Pool({ connectionString: dbUrl, max: 4 });
+  pool.on('error', () => undefined);
+  cleanup.defer('benchmark pool', () => pool.end());
+
+  // Probes, installed before the agent connects.
+  const traces = new Map<string, DeploymentTrace>();
+  const jobToDeployment = new Map<string, string>();
+  const finishedWaiters = new Map<string, () => void>();
+  const traceOf = (deploymentId: string) => {
+    let t = traces.get(deploymentId);
+    if (!t) traces.set(deploymentId, (t = newTrace()));
+    return t;
+  };
+  const traceOfJob = (jobId: string) => {
+    const d = jobToDeployment.get(jobId);
+    return d === undefined ? undefined : traceOf(d);
+  };
+  const mark = (t: DeploymentTrace | undefined, name: string, at = performance.now()) => {
+    if (t && !t.marks.has(name)) t.marks.set(name, at);
+  };
+  const jobs = coord.app.services.jobs;
+  const claimPending = jobs.claimPending.bind(jobs);
+  jobs.claimPending = async (agentIds) => {
+    const claimed = await claimPending(agentIds);
+    const at = performance.now();
+    for (const { assign } of claimed) {
+      jobToDeployment.set(assign.jobId, assign.deploymentId);
+      mark(traceOf(assign.deploymentId), 'jobSent', at);
+    }
+    return claimed;
+  };
+  const accepted = jobs.accepted.bind(jobs);
+  jobs.accepted = async (agentId, jobId) => {
+    mark(traceOfJob(jobId), 'accepted');
+    return accepted(agentId, jobId);
+  };
+  const stepStarted = jobs.stepStarted.bind(jobs);
+  jobs.stepStarted = async (agentId, jobId, step, cmd) => {
+    mark(traceOfJob(jobId), `started:${step}`);
+    return stepStarted(agentId, jobId, step, cmd);
+  };
+  const outputs = jobs.outputs.bind(jobs);
+  jobs.outputs = async (agentId, chunks) => {
+    const begin = performance.now();
+    const acked = await outputs(agentId, chunks);
+    const end = performance.now();
+    for (const chunk of chunks) {
+      const t = traceOfJob(chunk.jobId);
+      if (!t) continue;
+      mark(t, `firstOutput:${chunk.step}`, end);
+      mark(t, 'firstOutput', end);
+      let f = t.frames.get(chunk.step);
+      if (!f) t.frames.set(chunk.step, (f = { count: 0, bytes: 0, busyMs: 0, lastStored: end }));
+      f.count += 1;
+      f.bytes += chunk.data.length;
+      f.busyMs += (end - begin) / chunks.length;
+      f.lastStored = end;
+    }
+    return acked;
+  };
+  const stepFinished = jobs.stepFinished.bind(jobs);
+  jobs.stepFinished = async (agentId, jobId, step, result) => {
+    const t = traceOfJob(jobId);
+    mark(t, `finishing:${step}`);
+    await stepFinished(agentId, jobId, step, result);
+    mark(t, `finished:${step}`);
+  };
+  const jobFinished = jobs.jobFinished.bind(jobs);
+  jobs.jobFinished = async (agentId, jobId, status, reason) => {
+    await jobFinished(agentId, jobId, status, reason);
+    const deploymentId = jobToDeployment.get(jobId);
+    if (deploymentId !== undefined) {
+      mark(traceOf(deploymentId), 'jobFinished');
+      finishedWaiters.get(deploymentId)?.();
+    }
+  };
+  // Arrival of each kind of frame on the coordinator's socket, timestamped before the hub decodes
+  // and queues it (frames are JSON with `type` then `jobId` (then `step`) first).
+  const hub = coord.app.services.hub;
+  const accept = hub.accept.bind(hub);
+  hub.accept = (socket: WebSocket, agent) => {
+    socket.on('message', (data: Buffer) => {
+      if (!Buffer.isBuffer(data)) return;
+      const at = performance.now();
+      const m = /^\{"type":"([a-z.]+)","jobId":"([0-9a-f-]{36})"(?:,"step":(\d+))?/.exec(
+        data.subarray(0, 120).toString('latin1'),
+      );
+      if (!m) return;
+      const t = traceOfJob(m[2]!);
+      const key = m[3] === undefined ? m[1]! : `${m[1]}:${m[3]}`;
+      if (t && !t.arrived.has(key)) t.arrived.set(key, at);
+    });
+    accept(socket, agent);
+  };
+
+  const { client: admin } = await signUp(coord.url, 'bench@example.com', 'a long benchmark passphrase');
+  const repo = await createTestRepo();
+  cleanup.defer('git repository', () => repo.remove());
+  const commit = await repo.commit({ 'README.md': 'deckhand benchmark\n' }, 'benchmark');
+
+  const agentName = 'bench-agent';
+  const registered = await admin.post('/agents', { name: agentName, labels: ['bench'] });
+  if (registered.status !== 201) throw new Error(`POST /agents: ${registered.status} ${registered.text}`);
+  const agent = await spawnAgent(coord.url, registered.json.token as string, path.join(dir, 'agent'));
+  cleanup.defer('agent process', () => agent.stop());
+
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const res = await admin.get('/agents');
+    const agents = (res.json?.agents ?? []) as Array<{ name: string; online: boolean }>;
+    if (agents.some((a) => a.name === agentName && a.online)) break;
+    if (agent.child.exitCode !== null || Date.now() > deadline) {
+      throw new Error(`the agent did not come online:\n${agent.output()}`);
+    }
+    await sleep(50);
+  }
+
+  return {
+    coord,
+    admin,
+    agentName,
+    forgeUrl: repo.url,
+    commit,
+    pool,
+    async createProject(name, commands) {
+      const res = await admin.post('/projects', {
+        name,
+        forge_url: repo.url,
+        branch_name: 'main',
+        commands,
+        target: { agents: { names: [agentName] } },
+      });
+      if (res.status !== 201) throw new Error(`POST /projects: ${res.status} ${res.text}`);
+      return res.json.project.id as string;
+    },
+    async deploy(projectId) {
+      const res = await admin.post('/deploy', { projectId, commit });
+      if (res.status !== 200) throw new Error(`POST /deploy: ${res.status} ${res.text}`);
+      return res.json.deployId as string;
+    },
+    trace: traceOf,
+    async jobFinished(deploymentId, timeoutMs) {
+      if (traceOf(deploymentId).marks.has('jobFinished')) return;
+      await withTimeout(
+        new Promise<void>((resolve) => finishedWaiters.set(deploymentId, resolve)),
+        timeoutMs,
+        `deployment ${deploymentId} to finish`,
+      ).finally(() => finishedWaiters.delete(deploymentId));
+    },
+    async diagnostics() {
+      const log = await readFile(logFile, 'utf8').catch(() => '');
+      const tail = (text: string) => text.split('\n').slice(-40).join('\n');
+      return `--- coordinator log (tail) ---\n${tail(log)}\n--- agent output (tail) ---\n${tail(agent.output())}`;
+    },
+  };
+}
+
+interface RunningAgent extends Spawned {
+  stop(): Promise<void>;
+}
+
+/** A real agent process at its default log level (info), with a work folder of its own. */
+async function spawnAgent(url: string, token: string, workDir: string): Promise<RunningAgent> {
+  const env: Record<string, string | undefined> = { ...process.env };
+  for (const key of Object.keys(env)) {
+    if (key.startsWith('DECKHAND_') || key === 'DATABASE_URL' || key === 'LOG_LEVEL') delete env[key];
+  }
+  const proc = spawnNode(
+    'agent/bin/deckhand-agent.js',
+    ['--url', url, '--token', token, '--work-dir', workDir],
+    env,
+  );
+  return {
+    ...proc,
+    async stop() {
+      if (proc.child.exitCode === null && proc.child.signalCode === null) {
+        proc.child.kill('SIGTERM');
+        const timer = setTimeout(() => proc.child.kill('SIGKILL'), 5_000);
+        await proc.exited;
+        clearTimeout(timer);
+      }
+    },
+  };
+}
