@@ -27,18 +27,23 @@ function collect(opts: { written?: boolean } = {}) {
 }
 
 describe('output batching', () => {
-  it('holds small writes until the 100 ms timer, then sends them as one chunk', async () => {
+  it('sends the first output after a quiet spell at once, and gathers a burst for up to 100 ms', async () => {
     const { stream, sent, bytes } = collect();
     stream.write(Buffer.from('a'));
-    stream.write(Buffer.from('b\n'));
-    expect(sent).toHaveLength(0);
-    await new Promise((r) => setTimeout(r, 150));
     expect(sent).toHaveLength(1);
-    expect(sent[0]).toMatchObject({ seq: 0, offset: 0, step: 1 });
-    expect(bytes(sent[0]!).toString()).toBe('ab\n');
+    stream.write(Buffer.from('b'));
+    stream.write(Buffer.from('c\n'));
+    expect(sent).toHaveLength(1);
+    await new Promise((r) => setTimeout(r, 150));
+    expect(sent).toHaveLength(2);
+    expect(sent.map((f) => [f.seq, f.offset, f.step])).toEqual([
+      [0, 0, 1],
+      [1, 1, 1],
+    ]);
+    expect(bytes(sent[1]!).toString()).toBe('bc\n');
   });
 
-  it('sends at once past 64 KiB, in chunks of at most MAX_CHUNK_BYTES with contiguous offsets', () => {
+  it('sends the first write at once, then a full frame at once, in chunks of at most MAX_CHUNK_BYTES with contiguous offsets', () => {
     const { stream, sent, bytes } = collect();
     stream.write(Buffer.alloc(64 * 1024, 1));
     expect(sent).toHaveLength(1);
@@ -66,7 +71,8 @@ describe('unacknowledged output', () => {
   it('re-sends what was written and not acknowledged, from the acknowledged offset', () => {
     const { stream, bytes } = collect();
     stream.write(Buffer.alloc(70_000, 1)); // chunk 0: [0, 70000)
-    stream.write(Buffer.alloc(70_000, 2)); // chunk 1: [70000, 140000)
+    stream.write(Buffer.alloc(70_000, 2)); // chunk 1: [70000, 140000), gathered...
+    stream.flush(); // ... and sent
     stream.ack(100_000);
     const again = stream.unackedFrames();
     expect(again.map((f) => [f.seq, f.offset, bytes(f).length])).toEqual([[1, 100_000, 40_000]]);

@@ -23,7 +23,8 @@ export interface OutputStreamOptions {
 }
 
 export const FLUSH_INTERVAL_MS = 100;
-export const FLUSH_BYTES = 64 * 1024;
+/** A full frame: fast output travels in the largest chunks the protocol allows. */
+export const FLUSH_BYTES = 256 * 1024;
 
 export class OutputStream {
   readonly jobId: string;
@@ -32,6 +33,7 @@ export class OutputStream {
   readonly #store: UnackedOutput;
   readonly #flushIntervalMs: number;
   readonly #flushBytes: number;
+  #lastFlushAt = Number.NEGATIVE_INFINITY;
   readonly #maxChunkBytes: number;
   #pending: Buffer[] = [];
   #pendingBytes = 0;
@@ -71,7 +73,10 @@ export class OutputStream {
     if (this.#finished || bytes.length === 0) return;
     this.#pending.push(bytes);
     this.#pendingBytes += bytes.length;
-    if (this.#pendingBytes >= this.#flushBytes) this.flush();
+    // Output after a quiet spell goes at once (a viewer sees the first line without delay);
+    // within a burst it is gathered for up to the interval, or until a frame's worth is there.
+    const quiet = performance.now() - this.#lastFlushAt >= this.#flushIntervalMs;
+    if (this.#pendingBytes >= this.#flushBytes || (quiet && this.#timer === undefined)) this.flush();
     else this.#timer ??= setTimeout(() => this.flush(), this.#flushIntervalMs);
   }
 
@@ -80,6 +85,7 @@ export class OutputStream {
     clearTimeout(this.#timer);
     this.#timer = undefined;
     if (this.#pendingBytes === 0) return;
+    this.#lastFlushAt = performance.now();
     const all = Buffer.concat(this.#pending, this.#pendingBytes);
     this.#pending = [];
     this.#pendingBytes = 0;
