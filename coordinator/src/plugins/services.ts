@@ -86,6 +86,7 @@ export function createServices(o: ServiceOptions): Services {
   const scheduler: Scheduler = new Scheduler({
     orm: o.orm,
     jobs,
+    leaseMs: o.agentLeaseMs,
     agents,
     projects,
     events,

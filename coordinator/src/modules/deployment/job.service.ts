@@ -208,7 +208,7 @@ export class JobService {
     if (agentIds.length === 0) return;
     await this.#em().execute(
       `update deployment_jobs set lease_expires_at = now() + ? * interval '1 millisecond'
-        where agent_id = any(?::uuid[]) and status in ('sent', 'running')`,
+        where agent_id = any(?::uuid[]) and status in ('pending', 'sent', 'running')`,
       [this.#o.leaseMs, uuidArray(agentIds)],
     );
   }
@@ -217,7 +217,7 @@ export class JobService {
   async expireLeases(): Promise<number> {
     const expired = await this.#em().execute<JobRow[]>(
       `select id, deployment_id, agent_id, host, status from deployment_jobs
-        where status in ('sent', 'running') and lease_expires_at < now()`,
+        where status in ('pending', 'sent', 'running') and lease_expires_at < now()`,
     );
     for (const job of expired) await this.#endJob(job, 'failed', 'agent lost');
     return expired.length;
@@ -232,7 +232,7 @@ export class JobService {
       `update deployment_jobs
           set lease_expires_at = greatest(lease_expires_at, now() + ? * interval '1 millisecond'),
               cancel_sent_at = null
-        where status in ('sent', 'running') returning id`,
+        where status in ('pending', 'sent', 'running') returning id`,
       [this.#o.leaseMs],
     );
     return rows.length;
@@ -543,7 +543,8 @@ export class JobService {
         );
       }
       await tx.execute(
-        `update deployment_jobs set status = ?, reason = ?, finished_at = now() where id = ? and status in ('sent', 'running')`,
+        `update deployment_jobs set status = ?, reason = ?, finished_at = now()
+          where id = ? and status in ('pending', 'sent', 'running')`,
         [status, reason, job.id],
       );
     });

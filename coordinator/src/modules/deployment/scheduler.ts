@@ -31,6 +31,7 @@ export interface SchedulerOptions {
   projects: ProjectService;
   events: DeploymentEvents;
   jobs: JobService;
+  leaseMs: number;
   /** Sends pending jobs to the agents connected to this process. */
   dispatch: () => Promise<void>;
   log: Logger;
@@ -204,9 +205,10 @@ export class Scheduler {
         );
         for (const agent of agents) {
           await em.execute(
-            `insert into deployment_jobs (id, created_at, deployment_id, agent_id, host, status)
-             values (gen_random_uuid(), now(), ?, ?, ?, 'pending')`,
-            [c.id, agent.id, agent.name],
+            // The lease starts now: an agent that goes away before it gets the job loses it too.
+            `insert into deployment_jobs (id, created_at, deployment_id, agent_id, host, status, lease_expires_at)
+             values (gen_random_uuid(), now(), ?, ?, ?, 'pending', now() + ? * interval '1 millisecond')`,
+            [c.id, agent.id, agent.name, this.#o.leaseMs],
           );
         }
         return true;
