@@ -102,8 +102,9 @@ export async function startProduct(
     if (t && !t.marks.has(name)) t.marks.set(name, at);
   };
   const jobs = coord.app.services.jobs;
-  const claimPending = jobs.claimPending.bind(jobs);
-  jobs.claimPending = async (agentIds) => {
+  const dispatch = coord.app.services.dispatch;
+  const claimPending = dispatch.claimPending.bind(dispatch);
+  dispatch.claimPending = async (agentIds) => {
     const claimed = await claimPending(agentIds);
     const at = performance.now();
     for (const { assign } of claimed) {

@@ -9,6 +9,7 @@ import { AgentService } from '../modules/agent/agent.service.ts';
 import type { SecretBox } from '../modules/common/crypto.ts';
 import { type DeploymentEvents, InProcessDeploymentEvents } from '../modules/deployment/deployment-events.ts';
 import { DeploymentService } from '../modules/deployment/deployment.service.ts';
+import { JobDispatch } from '../modules/deployment/job-dispatch.ts';
 import { JobService } from '../modules/deployment/job.service.ts';
 import { Scheduler } from '../modules/deployment/scheduler.ts';
 import type { Mailer } from '../modules/mail/mailer.ts';
@@ -18,6 +19,7 @@ import { WebhookService } from '../modules/webhook/webhook.service.ts';
 
 export interface Services {
   orm: MikroORM;
+  dispatch: JobDispatch;
   pool: pg.Pool;
   events: DeploymentEvents;
   jobs: JobService;
@@ -66,16 +68,16 @@ export function createServices(o: ServiceOptions): Services {
     pool,
     orm: o.orm,
     events,
-    box: o.box,
-    projects,
     leaseMs: o.agentLeaseMs,
     outputLimitBytes: o.outputLimitBytes,
   });
+  const dispatch = new JobDispatch({ orm: o.orm, box: o.box, projects, leaseMs: o.agentLeaseMs });
   // The hub and the scheduler wake each other: an agent coming online may start a queued
   // deployment; a started deployment has jobs to send.
   const hub: AgentHub = new AgentHub({
     agents,
     jobs,
+    dispatch,
     processId: o.processId,
     heartbeatMs: o.agentHeartbeatMs,
     leaseMs: o.agentLeaseMs,
@@ -102,6 +104,7 @@ export function createServices(o: ServiceOptions): Services {
   const webhooks = new WebhookService(o.orm, projects, deployments);
   return {
     orm: o.orm,
+    dispatch,
     pool,
     users,
     projects,

@@ -16,6 +16,7 @@ import {
 } from '@deckhand/protocol';
 import type { Logger } from 'pino';
 import type { WebSocket } from 'ws';
+import type { JobDispatch } from '../deployment/job-dispatch.ts';
 import { type JobService, LateMessage, ProtocolViolation } from '../deployment/job.service.ts';
 import type { IAgent } from './agent.entity.ts';
 import type { AgentService } from './agent.service.ts';
@@ -23,6 +24,7 @@ import type { AgentService } from './agent.service.ts';
 export interface AgentHubOptions {
   agents: AgentService;
   jobs: JobService;
+  dispatch: JobDispatch;
   /** Identifies this coordinator process in the agents' presence rows. */
   processId: string;
   heartbeatMs: number;
@@ -256,7 +258,7 @@ export class AgentHub {
 
   /** Sends the pending jobs of the agents connected here. */
   async dispatch(): Promise<void> {
-    const claimed = await this.#o.jobs.claimPending(this.connectedAgentIds());
+    const claimed = await this.#o.dispatch.claimPending(this.connectedAgentIds());
     for (const { agentId, assign } of claimed) {
       const conn = this.#connections.get(agentId);
       if (conn) conn.send(assign);

@@ -2,15 +2,14 @@
 // chunks stored once by byte offset (acknowledged, capped per entry), entries completed and
 // compacted, jobs and then deployments finished. Every method checks that the job belongs to the
 // reporting agent: an agent writes only to the jobs it was given, and a job that has ended cannot
-// be changed by late messages. Also: building `job.assign`, leases (a job whose agent is silent
-// past its lease is lost), and cancellation (asked here, sent by the hub, confirmed by the agent).
-import { type JobAssign, maskedValues, planSteps } from '@deckhand/protocol';
+// be changed by late messages. Also leases (a job whose agent is silent past its lease is lost)
+// and cancellation (asked here, sent by the hub, confirmed by the agent). Sending jobs is
+// job-dispatch.ts's.
 import type { EntityManager, MikroORM } from '@mikro-orm/postgresql';
 import type pg from 'pg';
-import type { SecretBox } from '../common/crypto.ts';
-import type { ProjectService } from '../project/project.service.ts';
-import type { DeploymentSnapshot, DeploymentStatus, JobStatus } from './deployment.entity.ts';
+import type { JobStatus } from './deployment.entity.ts';
 import type { DeploymentEvents } from './deployment-events.ts';
+import { DEPLOYMENT_COLUMNS, type DeploymentRow, deploymentOutcome, planOf, uuidArray } from './job-plan.ts';
 
 /** A message that breaks the rules of the protocol (a job not given to this agent, steps out of order). */
 export class ProtocolViolation extends Error {}
@@ -29,16 +28,6 @@ interface JobRow {
   status: JobStatus;
 }
 
-interface DeploymentRow {
-  id: string;
-  project_id: string;
-  commit: string;
-  branch: string;
-  kind: 'deploy' | 'rollback';
-  rollback_to: string | null;
-  snapshot: DeploymentSnapshot;
-}
-
 interface EntryState {
   id: string;
   /** Bytes stored (at most the output limit). */
@@ -53,8 +42,6 @@ export interface JobServiceOptions {
   /** A plain `pg` pool for the output hot path: bound (binary) parameters, one statement per batch. */
   pool: pg.Pool;
   events: DeploymentEvents;
-  box: SecretBox;
-  projects: ProjectService;
   leaseMs: number;
   outputLimitBytes: number;
 }
@@ -66,7 +53,6 @@ const FINAL_JOB: ReadonlySet<JobStatus> = new Set([
   'timed_out',
   'abandoned',
 ]);
-const DEPLOYMENT_COLUMNS = 'id, project_id, commit, branch, kind, rollback_to, snapshot';
 
 const mib = (n: number) => `${Math.round((n / 1024 / 1024) * 10) / 10} MiB`;
 
@@ -100,79 +86,6 @@ export class JobService {
       throw new ProtocolViolation(`job ${jobId} was not given to this agent`);
     if (FINAL_JOB.has(job.status) && !endedOk) throw new LateMessage(`job ${jobId} is already ${job.status}`);
     return job;
-  }
-
-  // --- dispatch ---------------------------------------------------------------------------
-
-  /** Claims the pending jobs of these agents (marking them sent, lease started) and builds their assignments. */
-  async claimPending(agentIds: string[]): Promise<Array<{ agentId: string; assign: JobAssign }>> {
-    if (agentIds.length === 0) return [];
-    return this.#em().transactional(async (em) => {
-      const jobs = await em.execute<Array<{ id: string; deployment_id: string; agent_id: string }>>(
-        `update deployment_jobs set status = 'sent', sent_at = now(),
-                lease_expires_at = now() + ? * interval '1 millisecond'
-          where id in (select id from deployment_jobs
-                        where status = 'pending' and agent_id = any(?::uuid[])
-                        order by created_at for update skip locked)
-          returning id, deployment_id, agent_id`,
-        [this.#o.leaseMs, uuidArray(agentIds)],
-      );
-      const result: Array<{ agentId: string; assign: JobAssign }> = [];
-      for (const job of jobs) {
-        const [d] = await em.execute<DeploymentRow[]>(
-          `select ${DEPLOYMENT_COLUMNS} from deployments where id = ?`,
-          [job.deployment_id],
-        );
-        if (d) result.push({ agentId: job.agent_id, assign: await this.#assignment(job.id, d) });
-      }
-      return result;
-    });
-  }
-
-  async #assignment(jobId: string, d: DeploymentRow): Promise<JobAssign> {
-    const s = d.snapshot;
-    const secrets: Record<string, string> = s.secretsEncrypted
-      ? this.#o.box.decryptJson(s.secretsEncrypted)
-      : {};
-    const env = { ...s.env, ...secrets };
-    const project = await this.#o.projects.find(d.project_id);
-    const useKey = project?.checkoutCredentials !== 'host' && isSshRemote(s.forgeUrl);
-    const policies = s.policies;
-    const commandSeconds = policies?.timeouts.command_seconds ?? null;
-    return {
-      type: 'job.assign',
-      jobId,
-      deploymentId: d.id,
-      project: { id: d.project_id, name: s.projectName },
-      repository: {
-        url: s.forgeUrl,
-        branch: d.branch,
-        commit: d.commit,
-        sshKey: useKey && project ? await this.#o.projects.deployKey(project) : null,
-        knownHosts: project?.forgeKnownHosts ?? null,
-      },
-      commands: s.commands,
-      env,
-      kind: d.kind,
-      rollbackTo: d.rollback_to,
-      releases: policies?.releases
-        ? { keep: policies.releases.keep, healthCheck: policies.releases.health_check }
-        : null,
-      commandTimeoutMs: commandSeconds === null ? null : commandSeconds * 1000,
-      masks: maskedValues(env, Object.keys(secrets)),
-    };
-  }
-
-  /** The steps a job runs: the same plan the agent follows (protocol/step-plan.ts). */
-  #plan(d: DeploymentRow) {
-    const releases = d.snapshot.policies?.releases ?? null;
-    return planSteps({
-      commit: d.commit,
-      commands: d.snapshot.commands,
-      kind: d.kind,
-      release: d.kind === 'rollback' ? d.rollback_to : d.id,
-      releases: releases ? { keep: releases.keep, healthCheck: releases.health_check } : null,
-    });
   }
 
   /**
@@ -357,7 +270,7 @@ export class JobService {
         `select ${DEPLOYMENT_COLUMNS} from deployments where id = ?`,
         [job.deployment_id],
       );
-      const planned = d ? this.#plan(d).find((s) => s.index === step) : undefined;
+      const planned = d ? planOf(d).find((s) => s.index === step) : undefined;
       if (!planned || FINAL_JOB.has(job.status)) {
         throw new ProtocolViolation(`step ${step} of job ${job.id} is not part of its plan`);
       }
@@ -534,7 +447,7 @@ export class JobService {
     }
     const lastStarted = entries.reduce((max, e) => Math.max(max, e.seq), -1);
     await em.transactional(async (tx) => {
-      for (const step of d ? this.#plan(d).filter((s) => s.index > lastStarted) : []) {
+      for (const step of d ? planOf(d).filter((s) => s.index > lastStarted) : []) {
         await tx.execute(
           `insert into log_entries (id, created_at, deployment_id, seq, host, cmd, status, success, output, output_bytes, started_at, finished_at)
            values (gen_random_uuid(), now(), ?, ?, ?, ?, 'skipped', false, ''::bytea, 0, clock_timestamp(), clock_timestamp())
@@ -573,39 +486,4 @@ export class JobService {
     );
     if (updated.length) this.onDeploymentFinished(deploymentId);
   }
-}
-
-/**
- * The deployment's end from its hosts' jobs: success only when every host succeeded; a cancel or
- * deadline that was asked for decides otherwise, with its reason.
- */
-export function deploymentOutcome(
-  jobs: Array<{ host: string; status: JobStatus; reason: string | null }>,
-  commit: string,
-  cancel: { as: 'cancelled' | 'timed_out'; reason: string } | null = null,
-): { status: DeploymentStatus; reason: string } {
-  const hosts = jobs.map((j) => j.host).join(', ');
-  if (jobs.every((j) => j.status === 'success')) {
-    return { status: 'success', reason: `Deployed ${commit.slice(0, 12)} to ${hosts}` };
-  }
-  const bad = jobs.filter((j) => j.status !== 'success');
-  const detail = bad.map((j) => `${j.host}: ${j.reason ?? j.status}`).join('; ');
-  if (cancel) return { status: cancel.as, reason: cancel.reason };
-  const status: DeploymentStatus = bad.some((j) => j.status === 'timed_out')
-    ? 'timed_out'
-    : bad.every((j) => j.status === 'cancelled')
-      ? 'cancelled'
-      : 'failed';
-  return { status, reason: detail };
-}
-
-/** A PostgreSQL array literal of uuids (MikroORM spreads JS arrays into separate parameters). */
-function uuidArray(ids: string[]): string {
-  if (!ids.every((id) => /^[0-9a-f-]{36}$/i.test(id))) throw new Error('not a uuid list');
-  return `{${ids.join(',')}}`;
-}
-
-/** ssh://… or scp-like user@host:path remotes use a key; https, file and local paths do not. */
-export function isSshRemote(url: string): boolean {
-  return url.startsWith('ssh://') || /^[A-Za-z0-9._-]+@[^:/]+:/.test(url);
 }

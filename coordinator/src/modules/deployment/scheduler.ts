@@ -14,7 +14,8 @@ import type { ProjectService } from '../project/project.service.ts';
 import { resolveBranchHead } from './commit-resolver.ts';
 import type { DeploymentSnapshot } from './deployment.entity.ts';
 import type { DeploymentEvents } from './deployment-events.ts';
-import { isSshRemote, type JobService } from './job.service.ts';
+import { isSshRemote } from './job-dispatch.ts';
+import type { JobService } from './job.service.ts';
 
 interface Candidate {
   id: string;
