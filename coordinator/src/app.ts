@@ -30,6 +30,7 @@ import deploymentRoutes from './routes/deployments.ts';
 import emailRoutes from './routes/email.ts';
 import healthRoutes from './routes/health.ts';
 import projectRoutes from './routes/projects.ts';
+import tokenRoutes from './routes/tokens.ts';
 import webhookRoutes from './routes/webhook.ts';
 
 export interface AppDeps {
@@ -112,9 +113,12 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       openapi: '3.1.0',
       info: { title: 'Deckhand', version: '0.1.0', description: 'Self-hosted deployment service' },
       components: {
-        securitySchemes: { session: { type: 'apiKey', in: 'cookie', name: 'connect.sid' } },
+        securitySchemes: {
+          session: { type: 'apiKey', in: 'cookie', name: 'connect.sid' },
+          token: { type: 'http', scheme: 'bearer', description: 'An API token (POST /tokens)' },
+        },
       },
-      security: [{ session: [] }],
+      security: [{ session: [] }, { token: [] }],
     },
   });
 
@@ -160,6 +164,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(deploymentEventRoutes);
   await app.register(agentSocketRoutes);
   await app.register(emailRoutes);
+  await app.register(tokenRoutes);
   await app.register(webhookRoutes, { bodyLimit: config.webhookBodyLimit });
   app.get('/openapi.json', { config: { auth: 'public' }, schema: { hide: true } }, async () => app.swagger());
   return app as unknown as App;

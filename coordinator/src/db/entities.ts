@@ -3,6 +3,7 @@ import { Agent } from '../modules/agent/agent.entity.ts';
 import { AuditEvent } from '../modules/audit/audit-event.entity.ts';
 import { Deployment, DeploymentJob, LogChunk, LogEntry } from '../modules/deployment/deployment.entity.ts';
 import { Project } from '../modules/project/project.entity.ts';
+import { ApiToken } from '../modules/token/api-token.entity.ts';
 import { Session, User } from '../modules/user/user.entity.ts';
 import { WebhookDelivery } from '../modules/webhook/webhook-delivery.entity.ts';
 
@@ -17,4 +18,5 @@ export const entities = [
   LogChunk,
   AuditEvent,
   WebhookDelivery,
+  ApiToken,
 ];

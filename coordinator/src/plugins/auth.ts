@@ -37,6 +37,14 @@ export function requireActor(request: FastifyRequest): Actor {
   return request.actor;
 }
 
+function bearerToken(request: FastifyRequest): string | null {
+  const header = request.headers.authorization;
+  if (typeof header !== 'string') return null;
+  // Other schemes (e.g. Basic from a proxy in front) are not ours to judge.
+  if (!/^Bearer\b/i.test(header)) return null;
+  return /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1] ?? '';
+}
+
 function checkSameOrigin(request: FastifyRequest, publicOrigin: string | null): void {
   const site = request.headers['sec-fetch-site'];
   if (typeof site === 'string' && site !== 'same-origin' && site !== 'none') {
@@ -55,14 +63,22 @@ export default fp(
 
     app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
       const config = request.routeOptions.config;
-      const sid = request.session?.get('sid');
-      if (sid) {
-        const user = await app.services.users.authenticateSession(sid);
-        if (user) request.actor = userActor(user);
-        else request.session.delete();
-      }
-      if (!SAFE_METHODS.has(request.method) && config.csrf !== false && request.headers.cookie) {
-        checkSameOrigin(request, opts.publicOrigin);
+      const bearer = bearerToken(request);
+      if (bearer !== null && config.csrf !== false) {
+        // An API token (not an agent token: those only open /agent/ws). A bad one is refused
+        // at once, whatever else the request carries.
+        request.actor = await app.services.tokens.authenticate(bearer);
+        if (!request.actor) throw new UnauthorizedError('Invalid, expired or revoked API token');
+      } else {
+        const sid = request.session?.get('sid');
+        if (sid) {
+          const user = await app.services.users.authenticateSession(sid);
+          if (user) request.actor = userActor(user);
+          else request.session.delete();
+        }
+        if (!SAFE_METHODS.has(request.method) && config.csrf !== false && request.headers.cookie) {
+          checkSameOrigin(request, opts.publicOrigin);
+        }
       }
       const needed = config.auth ?? 'viewer';
       if (needed === 'public' || !request.routeOptions.url) return;

@@ -14,11 +14,13 @@ import { JobService } from '../modules/deployment/job.service.ts';
 import { Scheduler } from '../modules/deployment/scheduler.ts';
 import type { Mailer } from '../modules/mail/mailer.ts';
 import { ProjectService } from '../modules/project/project.service.ts';
+import { ApiTokenService } from '../modules/token/api-token.service.ts';
 import { type RegistrationPolicy, UserService } from '../modules/user/user.service.ts';
 import { WebhookService } from '../modules/webhook/webhook.service.ts';
 
 export interface Services {
   orm: MikroORM;
+  tokens: ApiTokenService;
   dispatch: JobDispatch;
   pool: pg.Pool;
   events: DeploymentEvents;
@@ -104,6 +106,7 @@ export function createServices(o: ServiceOptions): Services {
   const webhooks = new WebhookService(o.orm, projects, deployments);
   return {
     orm: o.orm,
+    tokens: new ApiTokenService(o.orm),
     dispatch,
     pool,
     users,

@@ -107,7 +107,9 @@ export default async function accountRoutes(
     { schema: { tags: ['accounts'], response: { 200: Ok({ user: UserJson }), ...errors(401) } } },
     async (request) => {
       const actor = requireActor(request);
-      return { success: true as const, user: { id: actor.userId!, email: actor.name, role: actor.role! } };
+      const user = await app.services.users.get(actor.userId!);
+      // Through a token, the role is the token's (never more than the user's).
+      return { success: true as const, user: { ...user, role: actor.role! } };
     },
   );
 

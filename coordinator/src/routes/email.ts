@@ -21,8 +21,9 @@ export default async function emailRoutes(instance: FastifyInstance) {
     },
     async (request) => {
       const actor = requireActor(request);
-      const to = request.body.to?.trim().toLowerCase() ?? actor.name;
-      if (to !== actor.name && !hasRole(actor, 'admin')) {
+      const own = (await app.services.users.get(actor.userId!)).email;
+      const to = request.body.to?.trim().toLowerCase() ?? own;
+      if (to !== own && !hasRole(actor, 'admin')) {
         throw new ForbiddenError('Only admins can send the test email to another address');
       }
       await app.services.mailer.sendTestMail(to);

@@ -99,6 +99,12 @@ export class UserService {
     });
   }
 
+  async get(id: string): Promise<UserJson> {
+    const user = await this.#orm.em.fork().findOne(User, { id });
+    if (!user) throw new UnauthorizedError();
+    return userJson(user);
+  }
+
   /** The user a session cookie names, or null when the session is unknown, expired or ended. */
   async authenticateSession(sessionId: string): Promise<UserJson | null> {
     const em = this.#orm.em.fork();
