@@ -26,6 +26,7 @@ import accountRoutes from './routes/accounts.ts';
 import agentSocketRoutes from './routes/agent-socket.ts';
 import deploymentEventRoutes from './routes/deployment-events.ts';
 import agentRoutes from './routes/agents.ts';
+import deliveryRoutes from './routes/deliveries.ts';
 import deploymentRoutes from './routes/deployments.ts';
 import emailRoutes from './routes/email.ts';
 import healthRoutes from './routes/health.ts';
@@ -165,6 +166,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(agentSocketRoutes);
   await app.register(emailRoutes);
   await app.register(tokenRoutes);
+  await app.register(deliveryRoutes);
   await app.register(webhookRoutes, { bodyLimit: config.webhookBodyLimit });
   app.get('/openapi.json', { config: { auth: 'public' }, schema: { hide: true } }, async () => app.swagger());
   return app as unknown as App;

@@ -3,10 +3,12 @@ import { Migration20261122002648_initial } from './Migration20261122002648_initi
 import { Migration20261122004509_agents } from './Migration20261122004509_agents.ts';
 import { Migration20261122010514_reliability } from './Migration20261122010514_reliability.ts';
 import { Migration20261122013714_api_tokens } from './Migration20261122013714_api_tokens.ts';
+import { Migration20261122014059_forges } from './Migration20261122014059_forges.ts';
 
 export const migrations = [
   { name: 'Migration20261122002648_initial', class: Migration20261122002648_initial },
   { name: 'Migration20261122004509_agents', class: Migration20261122004509_agents },
   { name: 'Migration20261122010514_reliability', class: Migration20261122010514_reliability },
   { name: 'Migration20261122013714_api_tokens', class: Migration20261122013714_api_tokens },
+  { name: 'Migration20261122014059_forges', class: Migration20261122014059_forges },
 ];

@@ -44,6 +44,8 @@ export const Project = defineEntity({
     name: p.string().length(100).unique(),
     forgeUrl: p.text(),
     branchName: p.string().length(255),
+    /** Globs of further branches a push deploys (`release/*`), beside branch_name. */
+    branchPatterns: p.json<string[]>().onCreate(() => []),
     commands: p.json<string[]>(),
     target: p.json<Target>(),
     env: p.json<Record<string, string>>(),

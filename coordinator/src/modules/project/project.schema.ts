@@ -106,10 +106,16 @@ export const PolicyFields = {
   ),
 };
 
+export const BranchPatterns = Type.Array(
+  Type.String({ minLength: 1, maxLength: 255, pattern: '^[A-Za-z0-9._/*?-]+$' }),
+  { maxItems: 20, description: 'Globs of further branches to deploy on push: * (no /), ** (anything), ?' },
+);
+
 export const CreateProjectBody = Type.Object({
   name: ProjectName,
   forge_url: ForgeUrl,
   branch_name: Type.Optional(BranchName),
+  branch_patterns: Type.Optional(BranchPatterns),
   commands: Commands,
   target: TargetInput,
   env: Type.Optional(EnvMap),
@@ -124,6 +130,7 @@ export const UpdateProjectBody = Type.Object({
   name: Type.Optional(ProjectName),
   forge_url: Type.Optional(ForgeUrl),
   branch_name: Type.Optional(BranchName),
+  branch_patterns: Type.Optional(BranchPatterns),
   commands: Type.Optional(Commands),
   target: Type.Optional(TargetInput),
   env: Type.Optional(EnvMap),
@@ -138,6 +145,7 @@ export const ProjectJson = Type.Object({
   name: Type.String(),
   forge_url: Type.String(),
   branch_name: Type.String(),
+  branch_patterns: Type.Array(Type.String()),
   commands: Type.Array(Type.String()),
   target: Type.Unknown({
     description:

@@ -82,6 +82,7 @@ export class ProjectService {
       name: project.name,
       forge_url: project.forgeUrl,
       branch_name: project.branchName,
+      branch_patterns: project.branchPatterns ?? [],
       commands: project.commands,
       target: project.target,
       env: project.env,
@@ -106,6 +107,7 @@ export class ProjectService {
           name: input.name,
           forgeUrl: input.forge_url,
           branchName: input.branch_name ?? 'main',
+          branchPatterns: input.branch_patterns ?? [],
           commands: input.commands,
           target: target.target,
           env: input.env ?? {},
@@ -152,6 +154,7 @@ export class ProjectService {
         if (input.name !== undefined) project.name = input.name;
         if (input.forge_url !== undefined) project.forgeUrl = input.forge_url;
         if (input.branch_name !== undefined) project.branchName = input.branch_name;
+        if (input.branch_patterns !== undefined) project.branchPatterns = input.branch_patterns;
         if (input.commands !== undefined) project.commands = input.commands;
         if (input.env !== undefined) project.env = input.env;
         if (input.checkout?.credentials !== undefined)

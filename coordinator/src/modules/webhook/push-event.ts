@@ -180,19 +180,51 @@ function messageOf(payload: Record<string, unknown>, commit: string | null): str
  * What a delivery means for a project deploying `projectBranch`. `event` is the one from
  * `readDeliveryMeta` (null: no event header, so the payload's shape decides).
  */
+/** Where a project deploys from: its branch, and optional globs (`release/*`; `**` crosses `/`). */
+export interface DeployedBranches {
+  branch: string;
+  patterns?: readonly string[];
+}
+
+/** A branch glob as a regular expression: `*` any run without `/`, `**` anything, `?` one character. */
+export function globToRegExp(glob: string): RegExp {
+  let out = '';
+  for (let i = 0; i < glob.length; i++) {
+    const c = glob[i]!;
+    if (c === '*' && glob[i + 1] === '*') {
+      out += '.*';
+      i++;
+    } else if (c === '*') out += '[^/]*';
+    else if (c === '?') out += '[^/]';
+    else out += c.replace(/[.+^${}()|[\]\\]/g, '\\$&');
+  }
+  return new RegExp(`^${out}$`);
+}
+
+export function branchIsDeployed(branch: string, deployed: DeployedBranches): boolean {
+  const exact = deployed.branch.startsWith(BRANCH_PREFIX)
+    ? deployed.branch.slice(BRANCH_PREFIX.length)
+    : deployed.branch;
+  return branch === exact || (deployed.patterns ?? []).some((p) => globToRegExp(p).test(branch));
+}
+
+const SKIP_DEPLOY = /\[skip deploy\]/i;
+
 export function decidePush(
   event: string | null,
   payload: Record<string, unknown>,
-  projectBranch: string,
+  projectBranch: string | DeployedBranches,
 ): WebhookDecision {
+  const branches: DeployedBranches =
+    typeof projectBranch === 'string' ? { branch: projectBranch } : projectBranch;
   const name = event === null ? (looksLikePush(payload) ? 'push' : 'unknown') : normalizeEvent(event);
   const lowered = name.toLowerCase();
   if (lowered === 'ping') return { kind: 'pong' };
   if (lowered !== 'push') return { kind: 'ignored-event', event: name };
 
-  const deployed = projectBranch.startsWith(BRANCH_PREFIX)
-    ? projectBranch.slice(BRANCH_PREFIX.length)
-    : projectBranch;
+  const deployed = branches.branch.startsWith(BRANCH_PREFIX)
+    ? branches.branch.slice(BRANCH_PREFIX.length)
+    : branches.branch;
   const pusher = pusherOf(payload);
 
   const ref = payload.ref;
@@ -211,10 +243,15 @@ export function decidePush(
   if (payload.deleted === true || (typeof after === 'string' && ZERO_SHA_PATTERN.test(after))) {
     return { kind: 'ignored', reason: `branch ${branch} was deleted` };
   }
-  if (branch !== deployed) return { kind: 'ignored', reason: `branch ${branch} is not deployed` };
+  if (!branchIsDeployed(branch, branches))
+    return { kind: 'ignored', reason: `branch ${branch} is not deployed` };
 
   const commit = sha(after) ?? sha(payload.checkout_sha);
-  return { kind: 'deploy', branch, commit, pusher, message: messageOf(payload, commit) };
+  const message = messageOf(payload, commit);
+  if (message && SKIP_DEPLOY.test(message)) {
+    return { kind: 'ignored', reason: 'the commit message says [skip deploy]' };
+  }
+  return { kind: 'deploy', branch, commit, pusher, message };
 }
 
 /** The HTTP answer for a decision: status and plain-text body. */

@@ -26,6 +26,10 @@ export const WebhookDelivery = defineEntity({
     reason: p.text(),
     deploymentId: p.uuid().nullable(),
     headers: p.json<Record<string, string>>(),
+    /** The verified body (up to 1 MiB), kept so the delivery can be redelivered. */
+    payload: p.blob().nullable().lazy(),
+    /** For Deckhand's own redeliveries: the delivery repeated. */
+    redeliveryOf: p.uuid().nullable(),
   },
 });
 export type IWebhookDelivery = InferEntity<typeof WebhookDelivery>;
