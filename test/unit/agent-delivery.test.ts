@@ -191,7 +191,8 @@ describe('unacknowledged output', () => {
       await fake.until(() => fake.stored(job.jobId, 1) >= maxUnacked - 512 * 1024, 'the first 8 MiB', 20_000);
       await new Promise((r) => setTimeout(r, 1_000));
       const held = fake.stored(job.jobId, 1);
-      expect(held).toBeLessThanOrEqual(maxUnacked + 256 * 1024);
+      // The pause comes at most one full frame (256 KiB) and one pipe read (64 KiB) past the bound.
+      expect(held).toBeLessThanOrEqual(maxUnacked + 256 * 1024 + 64 * 1024);
       expect(fake.messages('step.finished').filter((m) => m.step === 1)).toEqual([]);
       expect(readdirSync(spool).length).toBeGreaterThan(0); // past 2 MiB it is on disk
 
