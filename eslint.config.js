@@ -1,6 +1,7 @@
 // Lint rules: typescript-eslint's recommended set, plus the architecture's import rule
 // (README: "what may import what"): protocol/ imports nothing of ours; the agent never imports
-// the coordinator; the coordinator never imports the agent.
+// the coordinator; the coordinator never imports the agent; the CLI imports neither (it speaks the
+// HTTP API only; `@deckhand/protocol` is allowed).
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
@@ -46,6 +47,22 @@ export default tseslint.config(
       {
         group: ['@deckhand/agent', '@deckhand/agent/*', '**/agent/src/**'],
         message: 'The coordinator never imports the agent.',
+      },
+    ]),
+  },
+  {
+    files: ['cli/**/*.ts'],
+    rules: boundary([
+      {
+        group: [
+          '@deckhand/coordinator',
+          '@deckhand/coordinator/*',
+          '@deckhand/agent',
+          '@deckhand/agent/*',
+          '**/coordinator/**',
+          '**/agent/**',
+        ],
+        message: 'The CLI imports neither the coordinator nor the agent: it speaks the HTTP API.',
       },
     ]),
   },

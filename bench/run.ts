@@ -14,9 +14,10 @@ import pg from 'pg';
 import { type EmbeddedPostgres, startEmbeddedPostgres } from '../coordinator/src/db/embedded-postgres.ts';
 import { dispatchLatency } from './dispatch-latency.ts';
 import { type Benchmark, type BenchOutcome, Cleanup, fmt, formatTable } from './lib/harness.ts';
+import { logIngest } from './log-ingest.ts';
 import { outputThroughput } from './output-throughput.ts';
 
-const BENCHMARKS: Benchmark[] = [dispatchLatency, outputThroughput];
+const BENCHMARKS: Benchmark[] = [dispatchLatency, outputThroughput, logIngest];
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const EMBEDDED_PORT = 54331;
 
@@ -154,10 +155,10 @@ async function main(): Promise<number> {
           r.benchmark,
           r.figure,
           fmt(r.product),
-          fmt(r.baseline),
-          r.ratio.toFixed(3),
-          r.ratioIs,
-          r.baselineName,
+          r.baseline === undefined ? '—' : fmt(r.baseline),
+          r.ratio === undefined ? '—' : r.ratio.toFixed(3),
+          r.ratioIs ?? '—',
+          r.baselineName ?? '—',
         ]),
       ),
     );

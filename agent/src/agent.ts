@@ -57,6 +57,12 @@ export class Agent {
       spoolDir,
       ...(opts.graceMs !== undefined ? { graceMs: opts.graceMs } : {}),
     });
+    // Steps of an earlier agent process that was killed outright may still be running: they
+    // belong to jobs it lost, so they go before this one takes any job.
+    const leftovers = this.#runner.groups.killLeftovers();
+    if (leftovers.length) {
+      opts.log.warn({ groups: leftovers }, 'killed process groups left running by an earlier agent process');
+    }
     this.#connection = new AgentConnection({
       url: opts.config.url,
       token: opts.config.token,

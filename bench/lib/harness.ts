@@ -1,18 +1,21 @@
 // What every benchmark shares: the result shape, the cleanup stack, the round schedule
 // (warm-up, then product and baselines interleaved in rotating order) and the statistics.
 
-/** One line of the results table: a product figure beside its baseline, as a ratio. */
+/**
+ * One line of the results table: a product figure beside its baseline, as a ratio; or a product
+ * figure alone (memory, latency through the API), where the benchmark has no baseline for it.
+ */
 export interface ResultRow {
   benchmark: string;
   /** What the figures are, e.g. "median ms", "median MB/s". */
   figure: string;
   product: number;
-  baseline: number;
+  baseline?: number;
   /** What the baseline is, e.g. "bare ws relay + bash". */
-  baselineName: string;
+  baselineName?: string;
   /** product/baseline for throughput, baseline/product for latency: higher is better either way. */
-  ratio: number;
-  ratioIs: 'product/baseline' | 'baseline/product';
+  ratio?: number;
+  ratioIs?: 'product/baseline' | 'baseline/product';
 }
 
 export interface BenchOutcome {
@@ -36,9 +39,14 @@ export interface Benchmark {
 
 const CLEANUP_STEP_TIMEOUT_MS = 30_000;
 
-/** A stack of things to stop; `run()` stops them newest first and never throws. */
+/**
+ * A stack of things to stop; `run()` stops them newest first and never throws. A `run()` while
+ * another is under way (Ctrl-C while a benchmark is stopping its own things) joins it, so the
+ * steps still run one at a time, in order.
+ */
 export class Cleanup {
   readonly #steps: Array<{ name: string; fn: () => unknown }> = [];
+  #running: Promise<void> | undefined;
 
   defer(name: string, fn: () => unknown): void {
     this.#steps.push({ name, fn });
@@ -51,7 +59,12 @@ export class Cleanup {
     return child;
   }
 
-  async run(): Promise<void> {
+  run(): Promise<void> {
+    this.#running ??= this.#drain().finally(() => (this.#running = undefined));
+    return this.#running;
+  }
+
+  async #drain(): Promise<void> {
     for (let step = this.#steps.pop(); step; step = this.#steps.pop()) {
       let timer: NodeJS.Timeout | undefined;
       try {

@@ -1,8 +1,9 @@
 // The product as the benchmarks drive it: a real coordinator (in this process, real HTTP, its own
-// fresh database), its admin, a local git repository as the forge, and one real `deckhand-agent`
-// process connected over the real WebSocket. Probes wrap a few JobService methods of this
-// coordinator instance (nothing in the product changes) to timestamp what the coordinator does
-// with each deployment: job sent, step started, output stored, entry completed.
+// fresh database), its admin, a local git repository as the forge, and one or more real
+// `deckhand-agent` processes connected over the real WebSocket. Probes wrap a few JobService
+// methods of this coordinator instance and listen on the agents' sockets (nothing in the product
+// changes) to timestamp what the coordinator does with each deployment: job sent, step started,
+// each output frame's arrival and storage, entry completed.
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -31,18 +32,44 @@ export interface DeploymentTrace {
   frames: Map<number, { count: number; bytes: number; busyMs: number; lastStored: number }>;
   /** First arrival of each frame kind on the coordinator's socket (`step.output:1`, `job.finished`…), before decoding. */
   arrived: Map<string, number>;
+  /** Every output chunk handed to JobService.outputs(): its frame's arrival on the socket and when it was stored. */
+  chunks: ChunkTrace[];
+  /** Time spent synchronously in the hub's `message` handler (decodeAgentFrame: JSON.parse, schema) for output frames. */
+  decode: { frames: number; ms: number };
+}
+
+export interface ChunkTrace {
+  step: number;
+  offset: number;
+  bytes: number;
+  /** The frame reached the coordinator's socket (before decoding); NaN if the probe missed it. */
+  arrived: number;
+  /** JobService.outputs() called with it / returned (stored, about to be acknowledged). */
+  handling: number;
+  stored: number;
+  /** How many chunks that outputs() call stored together. */
+  batch: number;
+}
+
+export interface ProductAgent {
+  name: string;
+  /** The agent's process id (its Node process: /proc/<pid>/status is the agent's own memory). */
+  pid: number;
 }
 
 export interface Product {
   coord: TestCoordinator;
   admin: Client;
+  /** The first agent's name (the one projects target unless told otherwise). */
   agentName: string;
+  agents: ProductAgent[];
   /** The forge: a bare repository with one commit. */
   forgeUrl: string;
   commit: string;
   /** A pool on the coordinator's database, for the benchmarks' own checks. */
   pool: pg.Pool;
-  createProject(name: string, commands: string[]): Promise<string>;
+  /** A project whose target is one agent (the first unless `agentName` is given). */
+  createProject(name: string, commands: string[], agentName?: string): Promise<string>;
   /** POST /deploy of the project at `commit` (as a push webhook would give it): the deployment id. */
   deploy(projectId: string): Promise<string>;
   trace(deploymentId: string): DeploymentTrace;
@@ -53,14 +80,22 @@ export interface Product {
 }
 
 function newTrace(): DeploymentTrace {
-  return { marks: new Map(), frames: new Map(), arrived: new Map() };
+  return {
+    marks: new Map(),
+    frames: new Map(),
+    arrived: new Map(),
+    chunks: [],
+    decode: { frames: 0, ms: 0 },
+  };
 }
 
 export async function startProduct(
   cleanup: Cleanup,
   label: string,
   env: Record<string, string> = {},
+  opts: { agents?: number } = {},
 ): Promise<Product> {
+  const agentCount = opts.agents ?? 1;
   const dir = await mkdtemp(path.join(tmpdir(), `deckhand-bench-${label}-`));
   cleanup.defer('temporary folder', () => rm(dir, { recursive: true, force: true }));
 
@@ -131,6 +166,17 @@ export async function startProduct(
     for (const chunk of chunks) {
       const t = traceOfJob(chunk.jobId);
       if (!t) continue;
+      const frameKey = `${chunk.jobId}:${chunk.step}:${chunk.offset}`;
+      t.chunks.push({
+        step: chunk.step,
+        offset: chunk.offset,
+        bytes: chunk.data.length,
+        arrived: frameArrivals.get(frameKey) ?? Number.NaN,
+        handling: begin,
+        stored: end,
+        batch: chunks.length,
+      });
+      frameArrivals.delete(frameKey);
       mark(t, `firstOutput:${chunk.step}`, end);
       mark(t, 'firstOutput', end);
       let f = t.frames.get(chunk.step);
@@ -159,22 +205,37 @@ export async function startProduct(
     }
   };
   // Arrival of each kind of frame on the coordinator's socket, timestamped before the hub decodes
-  // and queues it (frames are JSON with `type` then `jobId` (then `step`) first).
+  // and queues it (frames are JSON with `type` then `jobId` (then `step`, `seq`, `offset`) first),
+  // and the time the hub's own `message` listener takes (a listener before it and one after it).
+  const frameArrivals = new Map<string, number>();
   const hub = coord.app.services.hub;
   const accept = hub.accept.bind(hub);
   hub.accept = (socket: WebSocket, agent) => {
+    let current: { t: DeploymentTrace; at: number } | undefined;
     socket.on('message', (data: Buffer) => {
+      current = undefined;
       if (!Buffer.isBuffer(data)) return;
       const at = performance.now();
-      const m = /^\{"type":"([a-z.]+)","jobId":"([0-9a-f-]{36})"(?:,"step":(\d+))?/.exec(
-        data.subarray(0, 120).toString('latin1'),
-      );
+      const m =
+        /^\{"type":"([a-z.]+)","jobId":"([0-9a-f-]{36})"(?:,"step":(\d+))?(?:,"seq":\d+,"offset":(\d+))?/.exec(
+          data.subarray(0, 160).toString('latin1'),
+        );
       if (!m) return;
       const t = traceOfJob(m[2]!);
       const key = m[3] === undefined ? m[1]! : `${m[1]}:${m[3]}`;
       if (t && !t.arrived.has(key)) t.arrived.set(key, at);
+      if (t && m[1] === 'step.output' && m[4] !== undefined) {
+        frameArrivals.set(`${m[2]}:${m[3]}:${m[4]}`, at);
+        current = { t, at };
+      }
     });
     accept(socket, agent);
+    socket.on('message', () => {
+      if (!current) return;
+      current.t.decode.frames += 1;
+      current.t.decode.ms += performance.now() - current.at;
+      current = undefined;
+    });
   };
 
   const { client: admin } = await signUp(coord.url, 'bench@example.com', 'a long benchmark passphrase');
@@ -182,39 +243,61 @@ export async function startProduct(
   cleanup.defer('git repository', () => repo.remove());
   const commit = await repo.commit({ 'README.md': 'deckhand benchmark\n' }, 'benchmark');
 
-  const agentName = 'bench-agent';
-  const registered = await admin.post('/agents', { name: agentName, labels: ['bench'] });
-  if (registered.status !== 201) throw new Error(`POST /agents: ${registered.status} ${registered.text}`);
-  const agent = await spawnAgent(coord.url, registered.json.token as string, path.join(dir, 'agent'));
-  cleanup.defer('agent process', () => agent.stop());
+  // Each agent is a process of its own, with a work folder of its own.
+  const running: Array<{ name: string; agent: RunningAgent }> = [];
+  for (let i = 0; i < agentCount; i++) {
+    const name = i === 0 ? 'bench-agent' : `bench-agent-${i + 1}`;
+    const registered = await admin.post('/agents', { name, labels: ['bench'] });
+    if (registered.status !== 201) throw new Error(`POST /agents: ${registered.status} ${registered.text}`);
+    const agent = await spawnAgent(coord.url, registered.json.token as string, path.join(dir, name));
+    cleanup.defer(`agent process ${name}`, () => agent.stop());
+    running.push({ name, agent });
+  }
+  const agentName = running[0]!.name;
 
   const deadline = Date.now() + 20_000;
   for (;;) {
     const res = await admin.get('/agents');
-    const agents = (res.json?.agents ?? []) as Array<{ name: string; online: boolean }>;
-    if (agents.some((a) => a.name === agentName && a.online)) break;
-    if (agent.child.exitCode !== null || Date.now() > deadline) {
-      throw new Error(`the agent did not come online:\n${agent.output()}`);
+    const online = new Set(
+      ((res.json?.agents ?? []) as Array<{ name: string; online: boolean }>)
+        .filter((a) => a.online)
+        .map((a) => a.name),
+    );
+    if (running.every((r) => online.has(r.name))) break;
+    const dead = running.find((r) => r.agent.child.exitCode !== null);
+    if (dead || Date.now() > deadline) {
+      const which = dead ?? running.find((r) => !online.has(r.name))!;
+      throw new Error(`the agent ${which.name} did not come online:\n${which.agent.output()}`);
     }
     await sleep(50);
   }
+
+  const diagnostics = async () => {
+    const log = await readFile(logFile, 'utf8').catch(() => '');
+    const tail = (text: string) => text.split('\n').slice(-40).join('\n');
+    const agents = running.map((r) => `--- agent ${r.name} output (tail) ---\n${tail(r.agent.output())}`);
+    return `--- coordinator log (tail) ---\n${tail(log)}\n${agents.join('\n')}`;
+  };
 
   return {
     coord,
     admin,
     agentName,
+    agents: running.map((r) => ({ name: r.name, pid: r.agent.child.pid! })),
     forgeUrl: repo.url,
     commit,
     pool,
-    async createProject(name, commands) {
+    async createProject(name, commands, target = agentName) {
       const res = await admin.post('/projects', {
         name,
         forge_url: repo.url,
         branch_name: 'main',
         commands,
-        target: { agents: { names: [agentName] } },
+        target: { agents: { names: [target] } },
       });
-      if (res.status !== 201) throw new Error(`POST /projects: ${res.status} ${res.text}`);
+      if (res.status !== 201) {
+        throw new Error(`POST /projects: ${res.status} ${res.text}\n${await diagnostics()}`);
+      }
       return res.json.project.id as string;
     },
     async deploy(projectId) {
@@ -231,11 +314,7 @@ export async function startProduct(
         `deployment ${deploymentId} to finish`,
       ).finally(() => finishedWaiters.delete(deploymentId));
     },
-    async diagnostics() {
-      const log = await readFile(logFile, 'utf8').catch(() => '');
-      const tail = (text: string) => text.split('\n').slice(-40).join('\n');
-      return `--- coordinator log (tail) ---\n${tail(log)}\n--- agent output (tail) ---\n${tail(agent.output())}`;
-    },
+    diagnostics,
   };
 }
 

@@ -8,6 +8,7 @@ import type { JobMessage } from '../connection/connection.ts';
 import type { OutboxEntry } from '../connection/outbox.ts';
 import type { OutputBudget } from '../output/budget.ts';
 import { Job, type Send, type StopStatus } from './job.ts';
+import { GroupRegistry } from '../executor/group-registry.ts';
 import { ProjectLocks } from './project-locks.ts';
 
 export interface JobRunnerOptions {
@@ -27,11 +28,12 @@ export class JobRunner {
   readonly #locks = new ProjectLocks();
   readonly #jobs = new Map<string, { job: Job; done: Promise<void> }>();
   /** Process groups of running steps, for a last-moment SIGKILL if the agent must exit at once. */
-  readonly groups = new Set<number>();
+  readonly groups: GroupRegistry;
 
   constructor(opts: JobRunnerOptions) {
     this.#opts = opts;
     this.#log = opts.log;
+    this.groups = new GroupRegistry(opts.workDir);
   }
 
   /** Every job finished, its end acknowledged and every byte stored. */

@@ -161,8 +161,13 @@ export async function readSince(
       const finished = e.finished_at !== null;
       const bytes = await readOutput(em, e, cur.offset);
       const usable = finished && e.compacted ? bytes.length : completeUtf8Prefix(bytes);
-      for (let at = 0; at < usable; at += MAX_OUTPUT_EVENT) {
-        const piece = bytes.subarray(at, Math.min(usable, at + MAX_OUTPUT_EVENT));
+      for (let at = 0; at < usable;) {
+        // Pieces end on character boundaries, so no character is split between two events (a
+        // piece that is one invalid run is taken whole).
+        const window = bytes.subarray(at, Math.min(usable, at + MAX_OUTPUT_EVENT));
+        const end = at + window.length < usable ? completeUtf8Prefix(window) || window.length : window.length;
+        const piece = window.subarray(0, end);
+        at += piece.length;
         const offset = cur.offset;
         cur.offset += piece.length;
         events.push({

@@ -54,7 +54,12 @@ const FINAL_JOB: ReadonlySet<JobStatus> = new Set([
   'abandoned',
 ]);
 
-const mib = (n: number) => `${Math.round((n / 1024 / 1024) * 10) / 10} MiB`;
+const size = (n: number) =>
+  n >= 1024 * 1024
+    ? `${Math.round((n / 1024 / 1024) * 10) / 10} MiB`
+    : n >= 1024
+      ? `${Math.round(n / 1024)} KiB`
+      : `${n} bytes`;
 
 export class JobService {
   readonly #o: JobServiceOptions;
@@ -368,7 +373,7 @@ export class JobService {
     const notes: string[] = [];
     if (result.outputBytes > entry.stored && entry.stored >= this.#o.outputLimitBytes) {
       notes.push(
-        `output truncated: this entry keeps the first ${mib(this.#o.outputLimitBytes)}; ${result.outputBytes - entry.stored} more bytes were printed`,
+        `output truncated: this entry keeps the first ${size(this.#o.outputLimitBytes)}; ${result.outputBytes - entry.stored} more bytes were printed`,
       );
     }
     if (result.error) notes.push(result.error);

@@ -126,7 +126,7 @@ export class Scheduler {
       await this.#o.jobs.requestCancel(
         d.id,
         'timed_out',
-        `Timed out: the deployment ran longer than ${d.seconds} s`,
+        `The deployment ran longer than its limit of ${d.seconds} s`,
       );
     }
     const expired = await em.execute<Array<{ id: string }>>(
