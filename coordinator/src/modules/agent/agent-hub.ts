@@ -36,6 +36,10 @@ export interface AgentHubOptions {
 }
 
 const HELLO_TIMEOUT_MS = 10_000;
+/** Largest batch of output stored in one statement (base64 text, so about 3 MiB of output). */
+const BATCH_BYTES = 4 * 1024 * 1024;
+/** Output waiting to be stored per connection before reading from it pauses. */
+const QUEUED_BYTES = 16 * 1024 * 1024;
 
 class Connection {
   readonly socket: WebSocket;
@@ -44,6 +48,10 @@ class Connection {
   alive = true;
   /** Output frames waiting to be stored together (the last thing queued, if any). */
   openBatch: StepOutput[] | null = null;
+  openBatchBytes = 0;
+  /** Output (base64 text) received and not yet stored; the socket is paused while it is large. */
+  queuedBytes = 0;
+  paused = false;
   /** Job messages are handled strictly in order. */
   queue: Promise<void> = Promise.resolve();
 
@@ -136,16 +144,36 @@ export class AgentHub {
       };
       if (message.type === 'step.output') {
         // Output frames that arrive while earlier work is in progress are stored together, in
-        // one statement, when their turn comes; order with other messages is kept.
-        if (conn.openBatch) {
+        // one statement (up to BATCH_BYTES), when their turn comes; order with other messages is
+        // kept. Past QUEUED_BYTES waiting, the socket is paused: TCP pushes back on the agent,
+        // whose own bound then pauses the command, so memory stays bounded on both sides.
+        const size = message.data.length;
+        conn.queuedBytes += size;
+        if (conn.queuedBytes > QUEUED_BYTES && !conn.paused) {
+          conn.paused = true;
+          socket.pause();
+        }
+        if (conn.openBatch && conn.openBatchBytes + size <= BATCH_BYTES) {
           conn.openBatch.push(message);
+          conn.openBatchBytes += size;
           return;
         }
         const batch: StepOutput[] = [message];
         conn.openBatch = batch;
-        conn.queue = conn.queue.then(() => {
+        conn.openBatchBytes = size;
+        conn.queue = conn.queue.then(async () => {
           if (conn.openBatch === batch) conn.openBatch = null;
-          return this.#outputs(conn, batch).catch(failed);
+          try {
+            await this.#outputs(conn, batch);
+          } catch (err) {
+            failed(err);
+          } finally {
+            conn.queuedBytes -= batch.reduce((n, f) => n + f.data.length, 0);
+            if (conn.paused && conn.queuedBytes <= QUEUED_BYTES / 2) {
+              conn.paused = false;
+              socket.resume();
+            }
+          }
         });
         return;
       }
@@ -271,7 +299,8 @@ export class AgentHub {
 
   async #beat(): Promise<void> {
     for (const conn of this.#connections.values()) {
-      if (!conn.alive) {
+      // A paused socket is not read, pongs included: it is busy, not silent.
+      if (!conn.alive && !conn.paused) {
         this.#o.log.warn({ agent: conn.agent.name }, 'agent silent for a heartbeat: dropping its connection');
         conn.socket.terminate();
         continue;
