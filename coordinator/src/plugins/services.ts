@@ -71,6 +71,7 @@ export function createServices(o: ServiceOptions): Services {
     orm: o.orm,
     events,
     leaseMs: o.agentLeaseMs,
+    abandonGraceMs: o.agentAbandonGraceMs,
     outputLimitBytes: o.outputLimitBytes,
   });
   const dispatch = new JobDispatch({ orm: o.orm, box: o.box, projects, leaseMs: o.agentLeaseMs });

@@ -249,6 +249,8 @@ export class AgentHub {
     const previous = this.#connections.get(conn.agent.id);
     if (previous && previous !== conn) previous.close(CloseCode.REPLACED, 'replaced by a newer connection');
     this.#connections.set(conn.agent.id, conn);
+    // Its jobs are its own again before anything else happens (a lease may be about to run out).
+    await this.#o.jobs.renewLeases([conn.agent.id]);
     const agent = await this.#o.agents.connected(conn.agent.id, this.#o.processId, hello);
     conn.welcomed = true;
     conn.send({

@@ -43,6 +43,8 @@ export interface JobServiceOptions {
   pool: pg.Pool;
   events: DeploymentEvents;
   leaseMs: number;
+  /** How long past the lease an agent keeps a job while cut off (then it abandons it). */
+  abandonGraceMs: number;
   outputLimitBytes: number;
 }
 
@@ -133,17 +135,24 @@ export class JobService {
 
   /** Jobs whose agent has been silent past the lease end `failed`: agent lost. */
   async expireLeases(): Promise<number> {
+    // Not while its agent is connected and heard from (its renewal may simply not have run yet,
+    // e.g. just after it reconnected): lost means gone.
     const expired = await this.#em().execute<JobRow[]>(
-      `select id, deployment_id, agent_id, host, status from deployment_jobs
-        where status in ('pending', 'sent', 'running') and lease_expires_at < now()`,
+      `select j.id, j.deployment_id, j.agent_id, j.host, j.status from deployment_jobs j
+        where j.status in ('pending', 'sent', 'running') and j.lease_expires_at < now()
+          and not exists (select 1 from agents a
+                           where a.id = j.agent_id and a.connected_to is not null
+                             and a.last_seen_at > now() - ? * interval '1 millisecond')`,
+      [this.#o.leaseMs],
     );
     for (const job of expired) await this.#endJob(job, 'failed', 'agent lost');
     return expired.length;
   }
 
   /**
-   * At start-up: whatever was in flight gets a fresh lease (its agents need time to reconnect to
-   * this process after a restart) and its pending cancels are sent again.
+   * At start-up: whatever was in flight gets a fresh lease as long as an agent keeps a job while
+   * cut off (lease + abandon grace: its agent needs that long at most to come back, given its
+   * reconnect backoff), and its pending cancels are sent again.
    */
   async reconcileAtStartup(): Promise<number> {
     const rows = await this.#em().execute<Array<{ id: string }>>(
@@ -151,7 +160,7 @@ export class JobService {
           set lease_expires_at = greatest(lease_expires_at, now() + ? * interval '1 millisecond'),
               cancel_sent_at = null
         where status in ('pending', 'sent', 'running') returning id`,
-      [this.#o.leaseMs],
+      [this.#o.leaseMs + this.#o.abandonGraceMs],
     );
     return rows.length;
   }
