@@ -5,12 +5,14 @@
 // gives in-flight jobs a fresh lease instead of declaring them lost before their agents are back).
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningAgent, startAgent } from '../helpers/agents.ts';
+import type { RunningAgent } from '../helpers/agents.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import {
   Admin,
   type DeploymentJson,
   expectExactLog,
+  launchAgent,
+  launchCoordinator,
   logLines,
   numberedLines,
   sleep,
@@ -18,7 +20,7 @@ import {
   tails,
 } from '../helpers/faults-coordinator.ts';
 import { createTestRepo, type TestRepo } from '../helpers/git.ts';
-import { type CoordinatorProcess, startCoordinatorProcess } from '../helpers/processes.ts';
+import type { CoordinatorProcess } from '../helpers/processes.ts';
 
 const LEASE_MS = 3_000;
 
@@ -30,7 +32,7 @@ const agents: RunningAgent[] = [];
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  coordinator = await startCoordinatorProcess({
+  coordinator = await launchCoordinator({
     DATABASE_URL: db.url,
     DECKHAND_SECRET: randomBytes(32).toString('base64url'),
     AGENT_HEARTBEAT_MS: '300',
@@ -59,7 +61,7 @@ async function agentAndProject(
   cmd: string,
 ): Promise<{ agent: RunningAgent; projectId: string }> {
   const { token } = await admin.registerAgent(name, [name]);
-  const agent = await startAgent(coordinator.url, token);
+  const agent = await launchAgent(coordinator.url, token);
   agents.push(agent);
   await admin.waitForOnline([name]);
   const projectId = await admin.createProject({
@@ -99,7 +101,7 @@ function timeline(agent: RunningAgent, killedAt: number, detail: DeploymentJson)
   return [
     `${at(killedAt)}: coordinator SIGKILLed`,
     ...retries,
-    `${ready ? at(ready.time) : '?'}: coordinator ready again (start-up lease ${LEASE_MS} ms)`,
+    `${ready ? at(ready.time) : '?'}: coordinator ready again (lease ${LEASE_MS} ms)`,
     `${lost ? at(lost.time) : 'never'}: job given up as lost`,
     `${back ? at(back.time) : 'never'}: agent welcomed again`,
     `deployment: ${detail.deployment.status} (${detail.deployment.reason})`,

@@ -3,6 +3,7 @@
 // whose exact output is known in advance, a raw WebSocket "agent" that speaks the protocol frame
 // by frame (to send what a real agent never would), and the stored bytes of a log entry read
 // straight from PostgreSQL.
+import type { ChildProcess } from 'node:child_process';
 import { hostname } from 'node:os';
 import {
   type AgentMessage,
@@ -14,9 +15,10 @@ import {
 } from '@deckhand/protocol';
 import { expect } from 'vitest';
 import WebSocket from 'ws';
-import type { RunningAgent } from './agents.ts';
+import { type RunningAgent, startAgent } from './agents.ts';
 import { type Client, signUp } from './coordinator.ts';
 import { connectPg } from './database.ts';
+import { type CoordinatorProcess, startCoordinatorProcess } from './processes.ts';
 
 export const FINAL_DEPLOYMENT_STATES = ['success', 'failed', 'cancelled', 'timed_out'];
 
@@ -336,6 +338,51 @@ export function logLines(
     }
   }
   return lines;
+}
+
+// Children still running when this test process exits (a crash, a timeout that skipped the
+// hooks) are killed with it, so that no coordinator or agent outlives its test file.
+const children = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of children)
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+});
+
+/** Kills `child` when this test process exits, if it is still running then. */
+export function killOnExit(child: ChildProcess): void {
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+}
+
+/** Kills a coordinator process (also each one after a restart) when this test process exits. */
+export function guardCoordinator<T extends { proc: { child: ChildProcess }; restart(): Promise<void> }>(
+  handle: T,
+): T {
+  killOnExit(handle.proc.child);
+  const restart = handle.restart.bind(handle);
+  handle.restart = async () => {
+    const started = restart();
+    // restart() replaces `proc` synchronously, before it waits for readiness.
+    killOnExit(handle.proc.child);
+    await started;
+  };
+  return handle;
+}
+
+/** startCoordinatorProcess, killed with this test process if still running then. */
+export async function launchCoordinator(env: Record<string, string>): Promise<CoordinatorProcess> {
+  return guardCoordinator(await startCoordinatorProcess(env));
+}
+
+/** startAgent, killed with this test process if still running then. */
+export async function launchAgent(
+  url: string,
+  token: string,
+  extraArgs: string[] = [],
+): Promise<RunningAgent> {
+  const agent = await startAgent(url, token, extraArgs);
+  killOnExit(agent.child);
+  return agent;
 }
 
 /** Stops agents, ignoring ones that already exited. */

@@ -101,6 +101,13 @@ export class JobService {
    * Cancels it may have missed are sent again.
    */
   async agentReconnected(agentId: string, heldJobIds: string[]): Promise<void> {
+    // What this process remembers of the agent's output may be stale: meanwhile it may have
+    // streamed through another replica. Read it from the database again.
+    for (const [jobId, job] of this.#jobs) {
+      if (job.agent_id !== agentId) continue;
+      this.#jobs.delete(jobId);
+      for (const key of this.#entries.keys()) if (key.startsWith(`${jobId}:`)) this.#entries.delete(key);
+    }
     const em = this.#em();
     const held = uuidArray(heldJobIds);
     await em.execute(
