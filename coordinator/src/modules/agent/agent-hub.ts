@@ -75,6 +75,8 @@ class Connection {
 export class AgentHub {
   readonly #o: AgentHubOptions;
   readonly #connections = new Map<string, Connection>();
+  /** Each agent's latest connection, closed or not: its queued work must finish before the next one's. */
+  readonly #latest = new Map<string, Connection>();
   #heartbeat: NodeJS.Timeout | undefined;
 
   constructor(options: AgentHubOptions) {
@@ -236,6 +238,11 @@ export class AgentHub {
 
   async #hello(conn: Connection, hello: Hello): Promise<void> {
     if (conn.welcomed) throw new ProtocolViolation('hello sent twice');
+    // Output the agent's previous connection is still storing must be stored before this one
+    // starts from the database's view of it (two queues of one agent must never overlap).
+    const prior = this.#latest.get(conn.agent.id);
+    this.#latest.set(conn.agent.id, conn);
+    if (prior && prior !== conn) await prior.queue.catch(() => undefined);
     if (hello.protocolVersion !== PROTOCOL_VERSION) {
       const reason =
         hello.protocolVersion < PROTOCOL_VERSION
