@@ -7,6 +7,7 @@ import { BadRequestError, NotFoundError } from '../modules/common/errors.ts';
 import { errors, NullableTimestamp, Ok, Timestamp, Uuid } from '../modules/common/schemas.ts';
 import { DEPLOYMENT_STATUSES, TRIGGERS } from '../modules/deployment/deployment.entity.ts';
 import { BranchName } from '../modules/project/project.schema.ts';
+import { isUuid } from '../modules/project/project.service.ts';
 import { requireActor } from '../plugins/auth.ts';
 import { renderPage, wantsHtml } from '../plugins/negotiation.ts';
 
@@ -65,7 +66,7 @@ export default async function deploymentRoutes(instance: FastifyInstance) {
       if (request.validationError) {
         const body = request.body as Record<string, unknown> | null;
         const id = body && typeof body === 'object' ? body.projectId : undefined;
-        if (typeof id !== 'string' || !/^[0-9a-f]{8}-([0-9a-f]{4}-){3}[0-9a-f]{12}$/i.test(id)) {
+        if (!isUuid(id)) {
           throw new BadRequestError('projectId must be a UUID');
         }
         throw new BadRequestError(request.validationError.message);
