@@ -7,13 +7,14 @@ import { MAX_FRAME_BYTES } from '@deckhand/protocol';
 import rateLimit from '@fastify/rate-limit';
 import secureSession from '@fastify/secure-session';
 import swagger from '@fastify/swagger';
-import websocket from '@fastify/websocket';
+import websocket, { type WebsocketPluginOptions } from '@fastify/websocket';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import Fastify, { type FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type { Logger } from 'pino';
 import { type Config, isLoopbackHost } from './config.ts';
+import { AgentWebSocket } from './modules/agent/agent-websocket.ts';
 import { deriveKey, SecretBox } from './modules/common/crypto.ts';
 import { Mailer, type SmtpSettings, smtpSettingsFromEnv } from './modules/mail/mailer.ts';
 import auth from './plugins/auth.ts';
@@ -45,6 +46,8 @@ export interface AppDeps {
 }
 
 export type App = FastifyInstance;
+
+type WebSocketClass = NonNullable<NonNullable<WebsocketPluginOptions['options']>['WebSocket']>;
 
 /** The URL links point at: PUBLIC_URL, or what HOST/PORT make reachable from this machine. */
 export function publicUrlOf(config: Config, boundPort?: number): string {
@@ -108,7 +111,16 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   );
   await app.register(rateLimit, { global: false });
   // Frames past MAX_FRAME_BYTES still reach the codec (answered TOO_LARGE); far larger ones are cut by ws.
-  await app.register(websocket, { options: { maxPayload: 2 * MAX_FRAME_BYTES } });
+  await app.register(websocket, {
+    options: { maxPayload: 2 * MAX_FRAME_BYTES, WebSocket: AgentWebSocket as unknown as WebSocketClass },
+    // The plugin's own pre-close would close every socket without a code (1005) before the agent
+    // hub could say GOING_AWAY and store what they sent; the hub closes them (services' preClose).
+    // Closing the server here refuses new upgrades meanwhile (503).
+    preClose(done) {
+      this.websocketServer.close();
+      done();
+    },
+  });
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',

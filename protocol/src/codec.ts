@@ -11,6 +11,9 @@ export type Decoded<T> = { ok: true; message: T } | { ok: false; code: CloseCode
 
 type Catalog = Record<string, TSchema>;
 
+/** Frames up to this size (characters) that break their schema get an exact error message. */
+const EXPLAIN_ERRORS_BELOW = 64 * 1024;
+
 function compileCatalog(catalog: Catalog): Map<string, Validator> {
   return new Map(Object.entries(catalog).map(([type, schema]) => [type, Compile(schema)]));
 }
@@ -38,6 +41,11 @@ function decode<T>(validators: Map<string, Validator>, raw: unknown): Decoded<T>
   if (!validator)
     return { ok: false, code: CloseCode.BAD_FRAME, error: `unknown message type ${JSON.stringify(type)}` };
   if (!validator.Check(value)) {
+    // Explaining where a large value breaks its schema can take seconds (the error walk is far
+    // slower than the check): a large bad frame gets a fixed message, and the loop stays free.
+    if (text.length > EXPLAIN_ERRORS_BELOW) {
+      return { ok: false, code: CloseCode.BAD_FRAME, error: `${type}: frame does not match its schema` };
+    }
     const first = validator.Errors(value)[0];
     const where = first?.instancePath ? first.instancePath.slice(1).replaceAll('/', '.') : 'frame';
     return {

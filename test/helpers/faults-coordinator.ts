@@ -93,7 +93,7 @@ export class Admin {
   /** POST /agents: the new agent's id and its one-time token. */
   async registerAgent(name: string, labels: string[]): Promise<{ id: string; token: string }> {
     const res = await this.client.post('/agents', { name, labels });
-    expect(res.status, res.text).toBe(201);
+    expect(res.status, `${res.text}\n${this.diagnostics()}`).toBe(201);
     return { id: res.json.agent.id as string, token: res.json.token as string };
   }
 

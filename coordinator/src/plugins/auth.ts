@@ -72,9 +72,16 @@ export default fp(
       } else {
         const sid = request.session?.get('sid');
         if (sid) {
-          const user = await app.services.users.authenticateSession(sid);
-          if (user) request.actor = userActor(user);
-          else request.session.delete();
+          try {
+            const user = await app.services.users.authenticateSession(sid);
+            if (user) request.actor = userActor(user);
+            else request.session.delete();
+          } catch (err) {
+            // A public route (liveness, the sign-in page) answers without knowing who asks when
+            // the sessions cannot be read, e.g. while the database is away.
+            if (config.auth !== 'public') throw err;
+            request.log.debug({ err }, 'session not checked on a public route');
+          }
         }
         if (!SAFE_METHODS.has(request.method) && config.csrf !== false && request.headers.cookie) {
           checkSameOrigin(request, opts.publicOrigin);

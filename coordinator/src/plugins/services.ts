@@ -128,7 +128,7 @@ export default fp(
     app.decorate('services', services);
     // Background work runs while the app serves, and stops before the database closes.
     app.addHook('onReady', async () => {
-      const inFlight = await services.jobs.reconcileAtStartup();
+      const inFlight = await services.jobs.reconcileInFlight();
       if (inFlight)
         app.log.info({ jobs: inFlight }, 'jobs in flight at start-up: waiting for their agents to reconnect');
       services.hub.start();

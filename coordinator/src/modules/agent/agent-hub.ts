@@ -36,6 +36,8 @@ export interface AgentHubOptions {
 }
 
 const HELLO_TIMEOUT_MS = 10_000;
+/** How long a stopping coordinator waits for agents to answer its close frames. */
+const STOP_CLOSE_WAIT_MS = 1_000;
 /** Largest batch of output stored in one statement (base64 text, so about 3 MiB of output). */
 const BATCH_BYTES = 4 * 1024 * 1024;
 /** Output waiting to be stored per connection before reading from it pauses. */
@@ -78,6 +80,8 @@ export class AgentHub {
   /** Each agent's latest connection, closed or not: its queued work must finish before the next one's. */
   readonly #latest = new Map<string, Connection>();
   #heartbeat: NodeJS.Timeout | undefined;
+  /** Once stopping, connections are recorded offline by stop(), not by their close events. */
+  #stopping = false;
 
   constructor(options: AgentHubOptions) {
     this.#o = options;
@@ -92,14 +96,31 @@ export class AgentHub {
     this.#heartbeat.unref();
   }
 
-  /** Closes every connection with GOING_AWAY (agents reconnect, here or to another replica). */
+  /**
+   * Closes every connection with GOING_AWAY (agents reconnect, here or to another replica), lets
+   * what they sent be stored, and records them offline — all before the database closes.
+   */
   async stop(): Promise<void> {
+    this.#stopping = true;
     clearInterval(this.#heartbeat);
     const all = [...this.#connections.values()];
+    this.#connections.clear();
+    const closed = all.map(
+      (c) =>
+        new Promise<void>((resolve) => {
+          if (c.socket.readyState === c.socket.CLOSED) return resolve();
+          c.socket.once('close', () => resolve());
+        }),
+    );
     for (const c of all) c.close(CloseCode.GOING_AWAY, 'coordinator shutting down');
+    // An agent that does not answer the close handshake is not waited for long.
+    const slow = setTimeout(() => {
+      for (const c of all) c.socket.terminate();
+    }, STOP_CLOSE_WAIT_MS);
+    await Promise.all(closed);
+    clearTimeout(slow);
     await Promise.allSettled(all.map((c) => c.queue));
     await Promise.allSettled(all.map((c) => this.#o.agents.disconnected(c.agent.id, this.#o.processId)));
-    this.#connections.clear();
   }
 
   connectedAgentIds(): string[] {
@@ -112,6 +133,10 @@ export class AgentHub {
   }
 
   accept(socket: WebSocket, agent: IAgent): void {
+    if (this.#stopping) {
+      socket.close(CloseCode.GOING_AWAY, 'coordinator shutting down');
+      return;
+    }
     const conn = new Connection(socket, agent);
     const log = this.#o.log.child({ agent: agent.name });
     const helloTimer = setTimeout(() => conn.close(CloseCode.BAD_FRAME, 'expected hello'), HELLO_TIMEOUT_MS);
@@ -185,7 +210,7 @@ export class AgentHub {
     });
     socket.on('close', () => {
       clearTimeout(helloTimer);
-      if (this.#connections.get(agent.id) === conn) {
+      if (!this.#stopping && this.#connections.get(agent.id) === conn) {
         this.#connections.delete(agent.id);
         void conn.queue
           .then(() => this.#o.agents.disconnected(agent.id, this.#o.processId))
@@ -273,10 +298,23 @@ export class AgentHub {
       { agent: agent.name, version: hello.agentVersion, hostname: hello.hostname },
       'agent connected',
     );
-    await this.#o.jobs.agentReconnected(
+    const ended = await this.#o.jobs.agentReconnected(
       agent.id,
       hello.runningJobs.map((j) => j.jobId),
     );
+    for (const jobId of ended) {
+      // Its result no longer counts; what it prints is acknowledged and dropped.
+      conn.send({
+        type: 'job.cancel',
+        jobId,
+        reason: 'this job had already ended on the coordinator while the agent was away',
+        as: 'cancelled',
+      });
+      this.#o.log.info(
+        { agent: agent.name, job: jobId },
+        'stopping a job that ended while its agent was away',
+      );
+    }
     await this.#o.jobs.renewLeases([agent.id]);
     this.#o.onAgentOnline();
     await this.dispatch();
@@ -319,7 +357,9 @@ export class AgentHub {
     }
     try {
       const ids = this.connectedAgentIds();
-      await this.#o.agents.seen(ids, this.#o.processId);
+      const existing = await this.#o.agents.seen(ids, this.#o.processId);
+      // Revoked through another replica (the one that served the DELETE closed its own).
+      for (const id of ids.filter((i) => !existing.has(i))) this.revoke(id);
       await this.#o.jobs.renewLeases(ids);
       // Pending jobs and cancels can also come from another replica.
       await this.dispatch();

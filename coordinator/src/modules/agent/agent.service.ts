@@ -7,6 +7,7 @@ import type { Actor } from '../common/actor.ts';
 import { hashToken, randomToken } from '../common/crypto.ts';
 import { ConflictError, NotFoundError } from '../common/errors.ts';
 import { isoOrNull } from '../common/schemas.ts';
+import { uuidArray } from '../deployment/job-plan.ts';
 import { isUuid } from '../project/project.service.ts';
 import { Agent, type IAgent } from './agent.entity.ts';
 
@@ -73,11 +74,19 @@ export class AgentService {
     return agent;
   }
 
-  async seen(agentIds: string[], processId: string): Promise<void> {
-    if (agentIds.length === 0) return;
-    await this.#orm.em
-      .fork()
-      .nativeUpdate(Agent, { id: { $in: agentIds }, connectedTo: processId }, { lastSeenAt: new Date() });
+  /**
+   * Renews the presence of the agents this process holds, and returns those of them that still
+   * exist: an agent revoked through another coordinator process is missing, and its connection
+   * here must close.
+   */
+  async seen(agentIds: string[], processId: string): Promise<Set<string>> {
+    if (agentIds.length === 0) return new Set();
+    const rows = await this.#orm.em.fork().execute<Array<{ id: string }>>(
+      `update agents set last_seen_at = case when connected_to = ? then now() else last_seen_at end
+        where id = any(?::uuid[]) returning id`,
+      [processId, uuidArray(agentIds)],
+    );
+    return new Set(rows.map((r) => r.id));
   }
 
   async disconnected(agentId: string, processId: string): Promise<void> {

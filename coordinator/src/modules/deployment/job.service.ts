@@ -100,7 +100,7 @@ export class JobService {
    * go back to pending (sent again); jobs it was running and no longer has are lost with it.
    * Cancels it may have missed are sent again.
    */
-  async agentReconnected(agentId: string, heldJobIds: string[]): Promise<void> {
+  async agentReconnected(agentId: string, heldJobIds: string[]): Promise<string[]> {
     // What this process remembers of the agent's output may be stale: meanwhile it may have
     // streamed through another replica. Read it from the database again.
     for (const [jobId, job] of this.#jobs) {
@@ -126,6 +126,16 @@ export class JobService {
     );
     for (const job of lost)
       await this.#endJob(job, 'failed', 'the agent restarted while running it; the job was lost');
+    // Jobs the agent still runs that have ended here (given up as lost while it was cut off, or
+    // never its own): they must stop on the host too.
+    if (heldJobIds.length === 0) return [];
+    const live = await em.execute<Array<{ id: string }>>(
+      `select id from deployment_jobs
+        where id = any(?::uuid[]) and agent_id = ? and status in ('pending', 'sent', 'running')`,
+      [held, agentId],
+    );
+    const liveIds = new Set(live.map((j) => j.id));
+    return heldJobIds.filter((id) => !liveIds.has(id));
   }
 
   // --- leases -------------------------------------------------------------------------------
@@ -157,11 +167,12 @@ export class JobService {
   }
 
   /**
-   * At start-up: whatever was in flight gets a fresh lease as long as an agent keeps a job while
-   * cut off (lease + abandon grace: its agent needs that long at most to come back, given its
-   * reconnect backoff), and its pending cancels are sent again.
+   * At start-up, and when the database is back after an outage (while it was away nobody could
+   * renew a lease, and the hub dropped its agents): whatever was in flight gets a fresh lease as
+   * long as an agent keeps a job while cut off (lease + abandon grace: its agent needs that long
+   * at most to come back, given its reconnect backoff), and its pending cancels are sent again.
    */
-  async reconcileAtStartup(): Promise<number> {
+  async reconcileInFlight(): Promise<number> {
     const rows = await this.#em().execute<Array<{ id: string }>>(
       `update deployment_jobs
           set lease_expires_at = greatest(lease_expires_at, now() + ? * interval '1 millisecond'),

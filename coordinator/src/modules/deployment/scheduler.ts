@@ -45,6 +45,8 @@ export class Scheduler {
   #running: Promise<void> | null = null;
   #again = false;
   #stopped = true;
+  /** A pass failed (the database is usually why): leases could not be renewed meanwhile. */
+  #failedSince: number | null = null;
 
   constructor(options: SchedulerOptions) {
     this.#o = options;
@@ -71,7 +73,10 @@ export class Scheduler {
       return;
     }
     this.#running = this.#pass()
-      .catch((err) => this.#o.log.error({ err }, 'scheduler pass failed'))
+      .catch((err) => {
+        this.#failedSince ??= Date.now();
+        this.#o.log.error({ err }, 'scheduler pass failed');
+      })
       .finally(() => {
         this.#running = null;
         if (this.#again && !this.#stopped) {
@@ -114,6 +119,16 @@ export class Scheduler {
    * past the queue timeout fail with what they waited for.
    */
   async #housekeeping(): Promise<void> {
+    if (this.#failedSince !== null) {
+      // Back after failing: agents could not be heard (nor kept) meanwhile, so their silence is
+      // ours. They get the start-up grace before anything counts as lost.
+      const inFlight = await this.#o.jobs.reconcileInFlight();
+      this.#o.log.info(
+        { jobs: inFlight, failedForMs: Date.now() - this.#failedSince },
+        'scheduler passes work again: leases of jobs in flight extended',
+      );
+      this.#failedSince = null;
+    }
     const lost = await this.#o.jobs.expireLeases();
     if (lost) this.#o.log.warn({ jobs: lost }, 'jobs lost with their agents (lease expired)');
     const em = this.#o.orm.em.fork();
