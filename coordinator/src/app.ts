@@ -31,6 +31,7 @@ import deliveryRoutes from './routes/deliveries.ts';
 import deploymentRoutes from './routes/deployments.ts';
 import emailRoutes from './routes/email.ts';
 import healthRoutes from './routes/health.ts';
+import projectHookRoutes from './routes/project-hooks.ts';
 import projectRoutes from './routes/projects.ts';
 import tokenRoutes from './routes/tokens.ts';
 import webhookRoutes from './routes/webhook.ts';
@@ -159,6 +160,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       agentAbandonGraceMs: config.agentAbandonGraceMs,
       outputLimitBytes: config.outputLimitBytes,
       schedulerIntervalMs: config.schedulerIntervalMs,
+      notify: config.notify,
     }),
   );
   await app.register(auth, { publicOrigin: config.publicUrl ? new URL(config.publicUrl).origin : null });
@@ -179,6 +181,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(emailRoutes);
   await app.register(tokenRoutes);
   await app.register(deliveryRoutes);
+  await app.register(projectHookRoutes);
   await app.register(webhookRoutes, { bodyLimit: config.webhookBodyLimit });
   app.get('/openapi.json', { config: { auth: 'public' }, schema: { hide: true } }, async () => app.swagger());
   return app as unknown as App;

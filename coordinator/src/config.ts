@@ -32,6 +32,9 @@ export const EnvSchema = Type.Object({
   SCHEDULER_INTERVAL_MS: Type.Integer({ default: 1_000, minimum: 50 }),
   BODY_LIMIT_BYTES: Type.Integer({ default: 1024 * 1024, minimum: 1024 }),
   WEBHOOK_BODY_LIMIT_BYTES: Type.Integer({ default: 25 * 1024 * 1024, minimum: 1024 }),
+  NOTIFY_INTERVAL_MS: Type.Integer({ default: 2_000, minimum: 50 }),
+  NOTIFY_RETRY_ATTEMPTS: Type.Integer({ default: 6, minimum: 1, maximum: 20 }),
+  NOTIFY_RETRY_BASE_MS: Type.Integer({ default: 60_000, minimum: 10 }),
   SMTP_URL: Type.Optional(Type.String({ pattern: '^smtps?://' })),
   SMTP_HOST: Type.Optional(Type.String({ minLength: 1 })),
   SMTP_PORT: Type.Optional(Type.Integer({ minimum: 1, maximum: 65535 })),
@@ -67,6 +70,8 @@ export interface Config {
   agentAbandonGraceMs: number;
   outputLimitBytes: number;
   schedulerIntervalMs: number;
+  /** Notifications (mail, outgoing webhooks, commit statuses): poll interval and retries. */
+  notify: { intervalMs: number; retryAttempts: number; retryBaseMs: number };
   smtp: {
     url?: string;
     host?: string;
@@ -134,6 +139,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     outputLimitBytes: e.OUTPUT_LIMIT_BYTES,
     schedulerIntervalMs: e.SCHEDULER_INTERVAL_MS,
     webhookBodyLimit: e.WEBHOOK_BODY_LIMIT_BYTES,
+    notify: {
+      intervalMs: e.NOTIFY_INTERVAL_MS,
+      retryAttempts: e.NOTIFY_RETRY_ATTEMPTS,
+      retryBaseMs: e.NOTIFY_RETRY_BASE_MS,
+    },
     smtp: {
       url: e.SMTP_URL,
       host: e.SMTP_HOST,

@@ -2,6 +2,12 @@
 import { Agent } from '../modules/agent/agent.entity.ts';
 import { AuditEvent } from '../modules/audit/audit-event.entity.ts';
 import { Deployment, DeploymentJob, LogChunk, LogEntry } from '../modules/deployment/deployment.entity.ts';
+import {
+  DeploymentNotice,
+  NotificationAttempt,
+  NotificationDelivery,
+  ProjectHook,
+} from '../modules/notification/notification.entity.ts';
 import { Project } from '../modules/project/project.entity.ts';
 import { ApiToken } from '../modules/token/api-token.entity.ts';
 import { Session, User } from '../modules/user/user.entity.ts';
@@ -19,4 +25,8 @@ export const entities = [
   AuditEvent,
   WebhookDelivery,
   ApiToken,
+  ProjectHook,
+  DeploymentNotice,
+  NotificationDelivery,
+  NotificationAttempt,
 ];

@@ -13,6 +13,8 @@ import { JobDispatch } from '../modules/deployment/job-dispatch.ts';
 import { JobService } from '../modules/deployment/job.service.ts';
 import { Scheduler } from '../modules/deployment/scheduler.ts';
 import type { Mailer } from '../modules/mail/mailer.ts';
+import { NotificationService } from '../modules/notification/notification.service.ts';
+import { NotificationWorker } from '../modules/notification/notification.worker.ts';
 import { ProjectService } from '../modules/project/project.service.ts';
 import { ApiTokenService } from '../modules/token/api-token.service.ts';
 import { type RegistrationPolicy, UserService } from '../modules/user/user.service.ts';
@@ -33,6 +35,8 @@ export interface Services {
   deployments: DeploymentService;
   webhooks: WebhookService;
   mailer: Mailer;
+  notifications: NotificationService;
+  notifier: NotificationWorker;
 }
 
 declare module 'fastify' {
@@ -56,6 +60,8 @@ export interface ServiceOptions {
   registration: RegistrationPolicy;
   sessionTtlMs: number;
   publicUrl: () => string;
+  /** Notifications: poll interval and retries (config.notify). */
+  notify: { intervalMs: number; retryAttempts: number; retryBaseMs: number };
 }
 
 export function createServices(o: ServiceOptions): Services {
@@ -116,6 +122,15 @@ export function createServices(o: ServiceOptions): Services {
     deployments,
     webhooks,
     mailer: o.mailer,
+    notifications: new NotificationService(o.orm, o.box),
+    notifier: new NotificationWorker({
+      orm: o.orm,
+      box: o.box,
+      mailer: o.mailer,
+      publicUrl: o.publicUrl,
+      log: o.log.child({ component: 'notifications' }),
+      ...o.notify,
+    }),
     events,
     jobs,
     hub,
@@ -133,9 +148,11 @@ export default fp(
         app.log.info({ jobs: inFlight }, 'jobs in flight at start-up: waiting for their agents to reconnect');
       services.hub.start();
       services.scheduler.start();
+      services.notifier.start();
     });
     app.addHook('preClose', async () => {
       await services.scheduler.stop();
+      await services.notifier.stop();
       await services.hub.stop();
       await services.pool.end();
     });

@@ -4,6 +4,7 @@ import { Migration20261122004509_agents } from './Migration20261122004509_agents
 import { Migration20261122010514_reliability } from './Migration20261122010514_reliability.ts';
 import { Migration20261122013714_api_tokens } from './Migration20261122013714_api_tokens.ts';
 import { Migration20261122014059_forges } from './Migration20261122014059_forges.ts';
+import { Migration20261122031541_notifications } from './Migration20261122031541_notifications.ts';
 
 export const migrations = [
   { name: 'Migration20261122002648_initial', class: Migration20261122002648_initial },
@@ -11,4 +12,5 @@ export const migrations = [
   { name: 'Migration20261122010514_reliability', class: Migration20261122010514_reliability },
   { name: 'Migration20261122013714_api_tokens', class: Migration20261122013714_api_tokens },
   { name: 'Migration20261122014059_forges', class: Migration20261122014059_forges },
+  { name: 'Migration20261122031541_notifications', class: Migration20261122031541_notifications },
 ];

@@ -33,6 +33,27 @@ export const DEFAULT_POLICIES: ProjectPolicies = {
   supersede_running: false,
   releases: null,
 };
+/** Who is mailed when a deployment ends, and for which outcomes (API names, snake_case). */
+export interface NotificationSettings {
+  emails: string[];
+  /** `failure`: failed or timed out; `success`; `always`: every end, cancelled included; `never`. */
+  on: 'failure' | 'success' | 'always' | 'never';
+  /** When mail was last switched on: deployments that ended before are never mailed. */
+  since: string | null;
+}
+
+export const COMMIT_STATUS_PROVIDERS = ['github', 'gitea', 'gitlab'] as const;
+export type CommitStatusProvider = (typeof COMMIT_STATUS_PROVIDERS)[number];
+
+/** Where deployment states are reported as commit statuses; the forge token lives encrypted beside it. */
+export interface CommitStatusSettings {
+  provider: CommitStatusProvider;
+  /** The forge's API root; null: derived from forge_url. */
+  api_url: string | null;
+  /** When reporting was configured: deployments from before are not reported. */
+  since: string;
+}
+
 /** What a project stores as its target; an SSH private key lives encrypted beside it. */
 export type Target = AgentTarget | SshTarget;
 
@@ -63,6 +84,9 @@ export const Project = defineEntity({
     /** known_hosts lines for the forge; unset: the host's own known_hosts. Checked strictly either way. */
     forgeKnownHosts: p.text().nullable(),
     policies: p.json<ProjectPolicies>().onCreate(() => structuredClone(DEFAULT_POLICIES)),
+    notifications: p.json<NotificationSettings>().nullable(),
+    commitStatus: p.json<CommitStatusSettings>().nullable(),
+    commitStatusTokenEncrypted: p.text().nullable().hidden(),
     updatedAt: timestamp()
       .onCreate(() => new Date())
       .onUpdate(() => new Date()),

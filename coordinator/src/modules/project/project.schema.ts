@@ -111,6 +111,31 @@ export const BranchPatterns = Type.Array(
   { maxItems: 20, description: 'Globs of further branches to deploy on push: * (no /), ** (anything), ?' },
 );
 
+const NotifyOn = Type.Enum(['failure', 'success', 'always', 'never'], {
+  description: 'failure: failed or timed_out; success; always: every end (cancelled too); never',
+});
+const NotifyEmails = Type.Array(Type.String({ format: 'email', maxLength: 320 }), { maxItems: 20 });
+export const NotificationsInput = Type.Object(
+  { emails: Type.Optional(NotifyEmails), on: Type.Optional(NotifyOn) },
+  { additionalProperties: false },
+);
+export type NotificationsInput = Static<typeof NotificationsInput>;
+// An http(s) URL without credentials in it (they would be shown to every reader of the project).
+export const HttpUrl = Type.String({ maxLength: 2000, pattern: '^https?://[^\\s/@]+(/[^\\s]*)?$' });
+export const CommitStatusInput = Type.Object(
+  {
+    provider: Type.Enum(['github', 'gitea', 'gitlab']),
+    token: Type.Optional(Type.String({ minLength: 1, maxLength: 1000, pattern: '^[\\x21-\\x7e]+$' })),
+    api_url: Type.Optional(Type.Union([HttpUrl, Type.Null()])),
+  },
+  { additionalProperties: false },
+);
+export type CommitStatusInput = Static<typeof CommitStatusInput>;
+const IntegrationFields = {
+  notifications: Type.Optional(Type.Union([NotificationsInput, Type.Null()])),
+  commit_status: Type.Optional(Type.Union([CommitStatusInput, Type.Null()])),
+};
+
 export const CreateProjectBody = Type.Object({
   name: ProjectName,
   forge_url: ForgeUrl,
@@ -123,6 +148,7 @@ export const CreateProjectBody = Type.Object({
   webhook_secret: Type.Optional(Type.String({ minLength: 16, maxLength: 256 })),
   checkout: Type.Optional(CheckoutInput),
   ...PolicyFields,
+  ...IntegrationFields,
 });
 export type CreateProjectBody = Static<typeof CreateProjectBody>;
 
@@ -137,6 +163,7 @@ export const UpdateProjectBody = Type.Object({
   secrets: Type.Optional(SecretsPatch),
   checkout: Type.Optional(CheckoutInput),
   ...PolicyFields,
+  ...IntegrationFields,
 });
 export type UpdateProjectBody = Static<typeof UpdateProjectBody>;
 
@@ -166,6 +193,15 @@ export const ProjectJson = Type.Object({
   supersede_running: Type.Boolean(),
   releases: Type.Union([
     Type.Object({ keep: Type.Integer(), health_check: Type.Union([Type.String(), Type.Null()]) }),
+    Type.Null(),
+  ]),
+  notifications: Type.Object({ emails: Type.Array(Type.String()), on: NotifyOn }),
+  commit_status: Type.Union([
+    Type.Object({
+      provider: Type.Enum(['github', 'gitea', 'gitlab']),
+      api_url: Type.Union([Type.String(), Type.Null()]),
+      has_token: Type.Boolean({ description: 'The token itself is write-only' }),
+    }),
     Type.Null(),
   ]),
   deploy_key: Type.Object({

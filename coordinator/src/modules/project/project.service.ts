@@ -10,15 +10,20 @@ import type { SecretBox } from '../common/crypto.ts';
 import { BadRequestError, ConflictError, NotFoundError } from '../common/errors.ts';
 import { iso } from '../common/schemas.ts';
 import { Deployment } from '../deployment/deployment.entity.ts';
+import { parseForgeUrl } from '../notification/commit-status.ts';
 import {
+  type CommitStatusSettings,
   DEFAULT_POLICIES,
   type IProject,
+  type NotificationSettings,
   Project,
   type ProjectPolicies,
   type Target,
 } from './project.entity.ts';
 import type {
+  CommitStatusInput,
   CreateProjectBody,
+  NotificationsInput,
   PolicyFields,
   ProjectJson,
   TargetInput,
@@ -62,6 +67,47 @@ function mergePolicies(
   };
 }
 
+/**
+ * Mail settings after an update. `since` moves only when mail is switched on (from nothing or
+ * `never`), so deployments that ended before are never mailed, and editing the list keeps it.
+ */
+function mergeNotifications(
+  current: NotificationSettings | null,
+  input: NotificationsInput | null | undefined,
+): NotificationSettings | null {
+  if (input === undefined) return current;
+  if (input === null) return null;
+  const emails = [...new Set(input.emails ?? current?.emails ?? [])];
+  const on = input.on ?? current?.on ?? 'failure';
+  const wasOn = current !== null && current.on !== 'never' && current.emails.length > 0;
+  const isOn = on !== 'never' && emails.length > 0;
+  const since = isOn ? (wasOn ? current.since : new Date().toISOString()) : null;
+  return { emails, on, since };
+}
+
+/** A URL the coordinator may send to: http or https, no credentials in it. */
+export function checkHttpUrl(value: string, field: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new BadRequestError(`${field} is not a valid URL`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new BadRequestError(`${field} must be an http:// or https:// URL`);
+  if (url.username || url.password) throw new BadRequestError(`${field} must not contain credentials`);
+  return url.toString();
+}
+
+/** Commit statuses need to know the repository: forge_url must name one on a forge. */
+function checkForgeRepository(forgeUrl: string): void {
+  if (!parseForgeUrl(forgeUrl)) {
+    throw new BadRequestError(
+      'commit_status needs a forge_url naming a repository on a forge (https://host/owner/repo or git@host:owner/repo)',
+    );
+  }
+}
+
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export const isUuid = (v: unknown): v is string => typeof v === 'string' && UUID.test(v);
 
@@ -88,6 +134,17 @@ export class ProjectService {
       env: project.env,
       secret_keys: project.secretKeys,
       checkout: { credentials: project.checkoutCredentials, known_hosts: project.forgeKnownHosts ?? null },
+      notifications: {
+        emails: project.notifications?.emails ?? [],
+        on: project.notifications?.on ?? 'never',
+      },
+      commit_status: project.commitStatus
+        ? {
+            provider: project.commitStatus.provider,
+            api_url: project.commitStatus.api_url,
+            has_token: Boolean(project.commitStatusTokenEncrypted),
+          }
+        : null,
       deploy_key: { public_key: project.deployKeyPublic ?? '' },
       ...policiesOf(project),
       created_at: iso(project.createdAt),
@@ -100,6 +157,8 @@ export class ProjectService {
     actor: Actor,
   ): Promise<{ project: ProjectJson; webhook: { url: string; secret: string } }> {
     const target = this.#target(input.target, null);
+    const commitStatus = this.#commitStatus(input.commit_status, null);
+    if (commitStatus.commitStatus) checkForgeRepository(input.forge_url);
     const secret = input.webhook_secret ?? randomBytes(24).toString('base64url');
     return this.#unique(() =>
       this.#orm.em.fork().transactional(async (em) => {
@@ -120,6 +179,8 @@ export class ProjectService {
           checkoutCredentials: input.checkout?.credentials ?? 'deploy_key',
           forgeKnownHosts: input.checkout?.known_hosts?.trim() || null,
           policies: mergePolicies(DEFAULT_POLICIES, input),
+          notifications: mergeNotifications(null, input.notifications),
+          ...commitStatus,
         });
         recordAudit(em, actor, 'project.create', { type: 'project', id: project.id }, { name: project.name });
         await em.flush();
@@ -162,6 +223,18 @@ export class ProjectService {
         if (input.checkout?.known_hosts !== undefined)
           project.forgeKnownHosts = input.checkout.known_hosts?.trim() || null;
         project.policies = mergePolicies(policiesOf(project), input);
+        project.notifications = mergeNotifications(project.notifications ?? null, input.notifications);
+        if (input.commit_status !== undefined) {
+          Object.assign(
+            project,
+            this.#commitStatus(input.commit_status, {
+              settings: project.commitStatus ?? null,
+              token: project.commitStatusTokenEncrypted ?? null,
+            }),
+          );
+        }
+        if (project.commitStatus && (input.commit_status !== undefined || input.forge_url !== undefined))
+          checkForgeRepository(project.forgeUrl);
         if (input.target !== undefined) {
           const target = this.#target(input.target, project.sshPrivateKeyEncrypted ?? null);
           project.target = target.target;
@@ -251,6 +324,41 @@ export class ProjectService {
     const project = isUuid(id) ? await em.findOne(Project, { id }) : null;
     if (!project) throw new NotFoundError('Project not found');
     return project;
+  }
+
+  /** The forge token for commit statuses, decrypted for the one request that needs it. */
+  commitStatusToken(project: IProject): string | null {
+    return project.commitStatusTokenEncrypted ? this.#box.decrypt(project.commitStatusTokenEncrypted) : null;
+  }
+
+  /**
+   * Commit-status settings after create/update: the token is write-only and kept when omitted for
+   * the same provider; `since` moves when reporting is (re)configured for another provider.
+   */
+  #commitStatus(
+    input: CommitStatusInput | null | undefined,
+    current: { settings: CommitStatusSettings | null; token: string | null } | null,
+  ): { commitStatus: CommitStatusSettings | null; commitStatusTokenEncrypted: string | null } {
+    if (!input) return { commitStatus: null, commitStatusTokenEncrypted: null };
+    const same = current?.settings?.provider === input.provider;
+    const token = input.token ? this.#box.encrypt(input.token) : same ? (current?.token ?? null) : null;
+    if (!token) throw new BadRequestError('commit_status.token is required');
+    const apiUrl =
+      input.api_url === undefined
+        ? same
+          ? (current?.settings?.api_url ?? null)
+          : null
+        : input.api_url === null
+          ? null
+          : checkHttpUrl(input.api_url, 'commit_status.api_url').replace(/\/+$/, '');
+    return {
+      commitStatus: {
+        provider: input.provider,
+        api_url: apiUrl,
+        since: same && current?.settings ? current.settings.since : new Date().toISOString(),
+      },
+      commitStatusTokenEncrypted: token,
+    };
   }
 
   /** Splits an input target into what is stored in clear and the encrypted private key. */
