@@ -25,13 +25,14 @@ import services, { createServices } from './plugins/services.ts';
 import { installValidators } from './plugins/validation.ts';
 import accountRoutes from './routes/accounts.ts';
 import agentSocketRoutes from './routes/agent-socket.ts';
+import assetRoutes from './routes/assets.ts';
 import deploymentEventRoutes from './routes/deployment-events.ts';
 import agentRoutes from './routes/agents.ts';
 import deliveryRoutes from './routes/deliveries.ts';
 import deploymentRoutes from './routes/deployments.ts';
 import emailRoutes from './routes/email.ts';
 import healthRoutes from './routes/health.ts';
-import projectHookRoutes from './routes/project-hooks.ts';
+import pageRoutes from './routes/pages.ts';
 import projectRoutes from './routes/projects.ts';
 import tokenRoutes from './routes/tokens.ts';
 import webhookRoutes from './routes/webhook.ts';
@@ -160,7 +161,6 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       agentAbandonGraceMs: config.agentAbandonGraceMs,
       outputLimitBytes: config.outputLimitBytes,
       schedulerIntervalMs: config.schedulerIntervalMs,
-      notify: config.notify,
     }),
   );
   await app.register(auth, { publicOrigin: config.publicUrl ? new URL(config.publicUrl).origin : null });
@@ -181,8 +181,9 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(emailRoutes);
   await app.register(tokenRoutes);
   await app.register(deliveryRoutes);
-  await app.register(projectHookRoutes);
   await app.register(webhookRoutes, { bodyLimit: config.webhookBodyLimit });
+  await app.register(assetRoutes);
+  await app.register(pageRoutes);
   app.get('/openapi.json', { config: { auth: 'public' }, schema: { hide: true } }, async () => app.swagger());
   return app as unknown as App;
 }

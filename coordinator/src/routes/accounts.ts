@@ -1,12 +1,17 @@
 // Accounts (API.md "Accounts"): register, login, logout, me — and their sign-in pages.
 // /login and /register are rate limited per client IP (LOGIN_RATE_LIMIT per window).
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import Type from 'typebox';
 import { errors, Ok } from '../modules/common/schemas.ts';
 import { ROLES } from '../modules/user/user.entity.ts';
+import { isLoopbackHost } from '../config.ts';
+import { hasUsers } from '../modules/dashboard/dashboard.repository.ts';
 import { requireActor } from '../plugins/auth.ts';
-import { renderPage } from '../plugins/negotiation.ts';
+import { acceptForms, field, type FormFields, isBrowserForm } from '../plugins/forms.ts';
+import { renderPage, sameSitePath, wantsHtml } from '../plugins/negotiation.ts';
+
+export { sameSitePath };
 
 const UserJson = Type.Object({
   id: Type.String({ format: 'uuid' }),
@@ -18,16 +23,20 @@ const Credentials = {
   password: Type.String({ minLength: 8, maxLength: 1024 }),
 };
 
-/** Where to go after signing in: a path on this site, never another origin (resolved, not pattern-matched). */
-export function sameSitePath(next: unknown): string {
-  if (typeof next !== 'string' || !next.startsWith('/')) return '/';
-  const base = 'http://deckhand.invalid';
-  try {
-    const url = new URL(next, base);
-    return url.origin === base ? url.pathname + url.search + url.hash : '/';
-  } catch {
-    return '/';
-  }
+/** The sign-in forms' fields as the JSON bodies (an empty setup token is no setup token). */
+function credentials(fields: FormFields) {
+  const token = field(fields, 'setup_token').trim();
+  return {
+    email: field(fields, 'email').trim(),
+    password: field(fields, 'password'),
+    ...(token ? { setup_token: token } : {}),
+  };
+}
+
+/** After signing in from a form: a fresh CSRF token for the new session, then where `next` says. */
+function signedIn(request: FastifyRequest, reply: FastifyReply) {
+  request.session.set('csrf', undefined);
+  return reply.redirect(sameSitePath(request.formFields?.next), 303);
 }
 
 function client(request: FastifyRequest) {
@@ -40,6 +49,7 @@ export default async function accountRoutes(
   opts: { rateLimit: { max: number; windowMs: number } },
 ) {
   const app = instance.withTypeProvider<TypeBoxTypeProvider>();
+  acceptForms(instance);
   const rateLimit = {
     max: opts.rateLimit.max,
     timeWindow: opts.rateLimit.windowMs,
@@ -53,7 +63,7 @@ export default async function accountRoutes(
   app.post(
     '/register',
     {
-      config: { auth: 'public', rateLimit },
+      config: { auth: 'public', rateLimit, form: credentials },
       schema: {
         tags: ['accounts'],
         body: Type.Object({ ...Credentials, setup_token: Type.Optional(Type.String({ maxLength: 256 })) }),
@@ -63,6 +73,7 @@ export default async function accountRoutes(
     async (request, reply) => {
       const { user, sessionId } = await app.services.users.register(request.body, client(request));
       request.session.set('sid', sessionId);
+      if (isBrowserForm(request)) return signedIn(request, reply);
       return reply.code(201).send({ success: true, user });
     },
   );
@@ -70,7 +81,7 @@ export default async function accountRoutes(
   app.post(
     '/login',
     {
-      config: { auth: 'public', rateLimit },
+      config: { auth: 'public', rateLimit, form: credentials },
       schema: {
         tags: ['accounts'],
         body: Type.Object({
@@ -80,24 +91,26 @@ export default async function accountRoutes(
         response: { 200: Ok({ user: UserJson }), ...errors(400, 401, 429) },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const { user, sessionId } = await app.services.users.login(
         request.body.email,
         request.body.password,
         client(request),
       );
       request.session.set('sid', sessionId);
+      if (isBrowserForm(request)) return signedIn(request, reply);
       return { success: true as const, user };
     },
   );
 
   app.post(
     '/logout',
-    { config: { auth: 'public' }, schema: { tags: ['accounts'], response: { 200: Ok({}) } } },
-    async (request) => {
+    { config: { auth: 'public', form: true }, schema: { tags: ['accounts'], response: { 200: Ok({}) } } },
+    async (request, reply) => {
       const sid = request.session.get('sid');
       if (sid) await app.services.users.logout(sid);
       request.session.delete();
+      if (isBrowserForm(request)) return reply.redirect('/login', 303);
       return { success: true as const };
     },
   );
@@ -113,10 +126,21 @@ export default async function accountRoutes(
     },
   );
 
+  // The sign-in pages. Before the first account exists both offer to create the admin account
+  // (with the setup token field when the coordinator listens beyond loopback).
   for (const page of ['login', 'register'] as const) {
     app.get(`/${page}`, { config: { auth: 'public' }, schema: { hide: true } }, async (request, reply) => {
-      const next = (request.query as { next?: unknown }).next;
-      return renderPage(reply, 'sign-in', { mode: page, next: sameSitePath(next) });
+      const next = sameSitePath((request.query as { next?: unknown }).next);
+      if (request.actor && wantsHtml(request)) return reply.redirect(next, 303);
+      const firstRun = !(await hasUsers(app.services.orm.em.fork()));
+      const address = app.server.address();
+      const listening = typeof address === 'object' && address ? address.address : '127.0.0.1';
+      return renderPage(reply, 'sign-in', {
+        mode: firstRun ? 'register' : page,
+        firstRun,
+        setupToken: firstRun && !isLoopbackHost(listening),
+        next,
+      });
     });
   }
 }
