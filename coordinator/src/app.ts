@@ -33,6 +33,7 @@ import deploymentRoutes from './routes/deployments.ts';
 import emailRoutes from './routes/email.ts';
 import healthRoutes from './routes/health.ts';
 import pageRoutes from './routes/pages.ts';
+import projectHookRoutes from './routes/project-hooks.ts';
 import projectRoutes from './routes/projects.ts';
 import tokenRoutes from './routes/tokens.ts';
 import webhookRoutes from './routes/webhook.ts';
@@ -161,6 +162,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       agentAbandonGraceMs: config.agentAbandonGraceMs,
       outputLimitBytes: config.outputLimitBytes,
       schedulerIntervalMs: config.schedulerIntervalMs,
+      notify: config.notify,
     }),
   );
   await app.register(auth, { publicOrigin: config.publicUrl ? new URL(config.publicUrl).origin : null });
@@ -181,6 +183,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(emailRoutes);
   await app.register(tokenRoutes);
   await app.register(deliveryRoutes);
+  await app.register(projectHookRoutes);
   await app.register(webhookRoutes, { bodyLimit: config.webhookBodyLimit });
   await app.register(assetRoutes);
   await app.register(pageRoutes);
