@@ -1,5 +1,5 @@
 // Webhook payloads for the tests: GitHub's real examples, read from @octokit/webhooks-examples
-// (never copied here), and the Gitea/GitLab push payloads kept in test/fixtures/webhooks.
+// (never copied here), and the other forges' push payloads kept in test/fixtures/webhooks.
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 
@@ -34,7 +34,7 @@ export const PUSHED = '6113728f27ae82c7b1a177c8d03f9e96e0adf246';
 export const ping = githubExamples('ping')[0]!;
 export const issues = githubExamples('issues')[0]!;
 
-/** A payload from test/fixtures/webhooks (trimmed from Gitea's and GitLab's webhook documentation). */
+/** A payload from test/fixtures/webhooks: each forge's documented example, its source in a sibling .md. */
 export function webhookFixture(name: string): Payload {
   return JSON.parse(
     readFileSync(new URL(`../fixtures/webhooks/${name}`, import.meta.url), 'utf8'),

@@ -57,23 +57,31 @@ describe('Gitea and Forgejo', () => {
   });
 
   it('Forgejo’s X-Forgejo-Event with X-Hub-Signature-256 deploys, recorded as forgejo', async () => {
+    const forgejo = webhookFixture('forgejo-push.json');
     const p = await project({ branch_name: 'develop' });
-    const body = JSON.stringify(gitea);
+    const body = JSON.stringify(forgejo);
     const res = await send(p.id, body, {
       'x-forgejo-event': 'push',
       'x-forgejo-delivery': 'forgejo-1',
       'x-hub-signature-256': `sha256=${hex(p.secret, body)}`,
     });
     expect(res.text).toBe('Deployment triggered');
+    expect(await latestDeployment(p.id)).toMatchObject({ commit: forgejo.after, branch: 'develop' });
     const deliveries = await api.admin.get(`/projects/${p.id}/deliveries`);
     expect(deliveries.json.deliveries[0]).toMatchObject({ forge: 'forgejo', decision: 'deployed' });
   });
 
-  it('Gogs’ X-Gogs-Signature deploys', async () => {
-    const p = await project({ branch_name: 'develop' });
-    const body = JSON.stringify(gitea);
+  it('Gogs’ X-Gogs-Signature deploys (its documented payload has no `after`: the branch head is used)', async () => {
+    const gogs = webhookFixture('gogs-push.json');
+    const p = await project({ branch_name: 'master' });
+    const body = JSON.stringify(gogs);
     const res = await send(p.id, body, { 'x-gogs-event': 'push', 'x-gogs-signature': hex(p.secret, body) });
     expect(res.text).toBe('Deployment triggered');
+    expect(await latestDeployment(p.id)).toMatchObject({
+      commit: null,
+      branch: 'master',
+      trigger: 'webhook',
+    });
   });
 });
 
