@@ -4,13 +4,14 @@
 // `POST /deploy` (with the commit, as a push webhook gives it) → the first output of that
 // deployment stored in PostgreSQL. The benchmark subscribes to the coordinator's deployment events
 // (`app.services.events`) and, on each change, asks the database whether the deployment has
-// output yet (a `log_chunks` row, or an entry already compacted with output_bytes > 0); the time
-// of the first change at which it has is the round's figure. The round then waits for the
+// output yet (a `log_chunks` row: output stays there); the time of the first change at which it
+// has is the round's figure. The round then waits for the
 // deployment to end, so rounds never overlap.
 //
 // Baseline: a bare `ws` server (here) and client (a child process) on loopback doing the same
 // shape of work without a database: the server sends a JSON assign frame, the client spawns
-// `bash -c 'echo go'` and sends its first output back as a base64 JSON frame; send → decoded.
+// `bash -c 'echo go'` and sends its first output back as a binary step.output frame (the
+// protocol's framing, zero masking key); send → decoded.
 import { performance } from 'node:perf_hooks';
 import {
   type Benchmark,
@@ -32,9 +33,7 @@ const ROUND_TIMEOUT_MS = 30_000;
 const CHECK_SQL = `
   select d.status,
          exists (select 1 from log_chunks c join log_entries e on e.id = c.log_entry_id
-                  where e.deployment_id = d.id)
-         or exists (select 1 from log_entries e where e.deployment_id = d.id and e.output_bytes > 0)
-           as has_output
+                  where e.deployment_id = d.id) as has_output
     from deployments d where d.id = $1`;
 
 /** Milestones of one product round, in ms after the POST /deploy was sent. */

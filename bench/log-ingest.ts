@@ -7,8 +7,9 @@
 // project of its own (so the N deployments run in parallel), each running `cat <file>`: a file of
 // its own of BENCH_INGEST_MIB (16) MiB of random base64 lines. The N deployments are triggered
 // together; a round runs from the first `step.started` of a command step handled by the
-// coordinator to the last of the N entries complete in PostgreSQL (`step.finished` handled:
-// chunks compacted into log_entries.output). Each entry is then checked (success, output_bytes =
+// coordinator to the last of the N entries complete in PostgreSQL (`step.finished` handled: the
+// entry's status, output_bytes and finished_at written; its output stays in its log_chunks rows).
+// Each entry is then checked (success, output_bytes =
 // the file's size). Aggregate MB/s = N × size / that time. Meanwhile the coordinator's RSS (it
 // runs in this process: process.memoryUsage.rss()) and each agent's VmRSS (/proc/<pid>/status)
 // are sampled every 100 ms.
@@ -30,7 +31,6 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { createRequire } from 'node:module';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { decodeAgentFrame, encodeFrame, MAX_CHUNK_BYTES, type StepOutput } from '../protocol/src/index.ts';
@@ -135,8 +135,8 @@ interface ProductRound {
   storedMs: number[];
   /** Per agent: step.finished arrived on the socket → handled (queued behind output). */
   queuedMs: number[];
-  /** Per agent: step.finished handled (compaction of the chunks into the entry). */
-  compactMs: number[];
+  /** Per agent: handling step.finished (entry completion: status, output_bytes, finished_at). */
+  completeMs: number[];
   /** Window start → last chunk stored (all agents), and last chunk stored → window end. */
   lastStoredMs: number;
   tailMs: number;
@@ -320,16 +320,6 @@ export const logIngest: Benchmark = {
     }
     log(`log-ingest: INSERT sweep (rows per statement: MB/s) ${sweep.join(', ')}`);
 
-    // What the coordinator's compaction costs PostgreSQL alone: the same statements on the baseline's rows.
-    const compaction: BaselineRound[] = [];
-    for (let i = 0; i < 2; i++) {
-      await raw.insertRound(best.batch);
-      const meter = new CpuMeter([], async () => raw.backendPids);
-      await meter.start();
-      const ms = await raw.compactRound();
-      compaction.push({ mbps: mbPerSecond(total, ms), cpu: await meter.stop() });
-    }
-
     // Resident memory before the measured rounds. This process also holds the baselines' data
     // (N × size) and whatever their rounds left; the agents have connected and nothing more.
     const idle = {
@@ -396,7 +386,7 @@ export const logIngest: Benchmark = {
         queuedMs: traces.map(
           (t) => t.marks.get('finishing:1')! - (t.arrived.get('step.finished:1') ?? Number.NaN),
         ),
-        compactMs: traces.map((t) => t.marks.get('finished:1')! - t.marks.get('finishing:1')!),
+        completeMs: traces.map((t) => t.marks.get('finished:1')! - t.marks.get('finishing:1')!),
         lastStoredMs: lastStored - start,
         tailMs: end - lastStored,
         chunks,
@@ -512,19 +502,16 @@ export const logIngest: Benchmark = {
               cpuLine('product', pr, true),
               cpuLine(`INSERT ×${best.batch}`, baselineRounds.get('insert')!.slice(-rounds), false),
               cpuLine('COPY', baselineRounds.get('copy')!.slice(-rounds), false),
-              cpuLine('compaction alone', compaction, false),
             ],
           ),
         ),
         'log-ingest: product round, medians (per agent: median of the agents):',
         `    first step.started → last entry complete   ${fmt(m((r) => r.windowMs))} ms; last chunk stored at ${fmt(m((r) => r.lastStoredMs))} ms, then ${fmt(m((r) => r.tailMs))} ms of completion`,
         `    agent: step.started → step.finished on the socket  ${fmt(m((r) => median(r.deliveredMs)))} ms (${fmt(m((r) => mbPerSecond(size, median(r.deliveredMs))))} MB/s per agent, ${fmt(m((r) => mbPerSecond(total, Math.max(...r.deliveredMs))))} MB/s together)`,
-        `    per agent: step.started → last chunk stored  ${fmt(m((r) => median(r.storedMs)))} ms; step.finished waited in the hub ${fmt(m((r) => median(r.queuedMs)))} ms; compaction ${fmt(m((r) => median(r.compactMs)))} ms`,
+        `    per agent: step.started → last chunk stored  ${fmt(m((r) => median(r.storedMs)))} ms; step.finished waited in the hub ${fmt(m((r) => median(r.queuedMs)))} ms; entry completion ${fmt(m((r) => median(r.completeMs)))} ms`,
         `    coordinator event loop utilization        ${fmt(m((r) => r.elu * 100))} %`,
         `    hub message handler (decodeAgentFrame)    ${fmt(m((r) => r.decode.ms / r.decode.frames))} ms per output frame, ${fmt(m((r) => r.decode.ms))} ms per round`,
-        `    one 256 KiB frame, measured alone, ms     coordinator: ws unmask ${fmt(frameCost.unmask)}${frameCost.native ? '' : ' (JS: bufferutil is not installed)'}, ` +
-          `decodeAgentFrame ${fmt(frameCost.decode)}, base64 decode + round-trip check ${fmt(frameCost.base64)}; ` +
-          `agent: base64 encode ${fmt(frameCost.encode)}, encodeFrame (JSON.stringify) ${fmt(frameCost.stringify)}, ws mask ${fmt(frameCost.unmask)}`,
+        `    one 256 KiB frame, measured alone, ms     coordinator: decodeAgentFrame ${fmt(frameCost.decode)}; agent: encodeFrame ${fmt(frameCost.encode)} (binary frames, no masking)`,
         `    JobService.outputs() calls                ${fmt(m((r) => r.calls.length))} per round, ${fmt(chunksPerCall)} frames each, ${fmt(median(calls))} ms each (p95 ${fmt(quantile(calls, 0.95))}); ${fmt(m((r) => sum(r.calls.map(([b, e]) => e - b))))} ms summed over agents`,
         `    of which the INSERT statements            ${fmt(m((r) => r.inserts.ms))} ms summed, ${fmt(m((r) => r.inserts.ms / r.inserts.count))} ms each, ${fmt(m((r) => r.inserts.rows / r.inserts.count))} rows each`,
         `    frame arrived → its outputs() call began  median ${fmt(median(waits))} ms, p95 ${fmt(quantile(waits, 0.95))} ms (queued in the coordinator)`,
@@ -607,71 +594,33 @@ function indent(text: string): string {
     .join('\n');
 }
 
-interface WsBufferUtil {
-  unmask(buffer: Buffer, mask: Buffer): void;
-}
-
 /**
  * The per-frame work on both sides of the WebSocket for one full output frame, each step timed
- * alone (median of 30) on the same code: the agent's base64 encoding and encodeFrame, ws's
- * masking (the same loop unmasks on the coordinator), decodeAgentFrame, and the hub's base64 check.
+ * alone (median of 30) on the same code: the agent's encodeFrame (a binary frame: header + bytes)
+ * and the coordinator's decodeAgentFrame. ws masks nothing: the agent's masking key is zero.
  */
-function measureFrameDecode(): {
-  unmask: number;
-  native: boolean;
-  decode: number;
-  base64: number;
-  encode: number;
-  stringify: number;
-} {
-  const require = createRequire(import.meta.url);
-  // ws masks and unmasks with the optional native `bufferutil` when it is installed, else in JS.
-  const wsDir = path.dirname(require.resolve('ws'));
-  const bufferUtil = require(path.join(wsDir, 'lib', 'buffer-util.js')) as WsBufferUtil;
-  let native = true;
-  try {
-    require.resolve('bufferutil', { paths: [wsDir] });
-  } catch {
-    native = false;
-  }
-  const bytes = randomBytes(MAX_CHUNK_BYTES);
-  const message = {
+function measureFrameDecode(): { decode: number; encode: number } {
+  const message: StepOutput = {
     type: 'step.output',
     jobId: '00000000-0000-4000-8000-000000000000',
     step: 1,
     seq: 0,
     offset: 0,
-    data: bytes.toString('base64'),
+    data: randomBytes(MAX_CHUNK_BYTES),
   };
-  const frame = Buffer.from(encodeFrame(message as StepOutput));
-  const mask = randomBytes(4);
-  const t = { unmask: [] as number[], decode: [] as number[], base64: [] as number[] };
-  const a = { encode: [] as number[], stringify: [] as number[] };
+  const t = { decode: [] as number[], encode: [] as number[] };
   const time = (into: number[], f: () => unknown) => {
     const start = performance.now();
     f();
     into.push(performance.now() - start);
   };
   for (let i = 0; i < 30; i++) {
-    time(a.encode, () => bytes.toString('base64'));
-    time(a.stringify, () => encodeFrame(message as StepOutput));
-    time(t.unmask, () => bufferUtil.unmask(frame, mask));
-    bufferUtil.unmask(frame, mask); // back to the plain text
+    let frame: string | Buffer = '';
+    time(t.encode, () => (frame = encodeFrame(message)));
     let decoded: ReturnType<typeof decodeAgentFrame> | undefined;
-    time(t.decode, () => (decoded = decodeAgentFrame(frame)));
+    time(t.decode, () => (decoded = decodeAgentFrame(frame, true)));
     if (!decoded?.ok || decoded.message.type !== 'step.output')
       throw new Error('the sample frame did not decode');
-    const data = decoded.message.data;
-    time(t.base64, () => {
-      if (Buffer.from(data, 'base64').toString('base64') !== data) throw new Error('not base64');
-    });
   }
-  return {
-    unmask: median(t.unmask),
-    native,
-    decode: median(t.decode),
-    base64: median(t.base64),
-    encode: median(a.encode),
-    stringify: median(a.stringify),
-  };
+  return { decode: median(t.decode), encode: median(t.encode) };
 }

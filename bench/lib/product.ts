@@ -22,19 +22,22 @@ import { createTestRepo } from '../../test/helpers/git.ts';
 import { type Spawned, spawnNode } from '../../test/helpers/processes.ts';
 import { type Cleanup, sleep, withTimeout } from './harness.ts';
 
+/** step.output's binary header: kind, job id, step, seq, offset (protocol/src/codec.ts). */
+const OUTPUT_HEADER_BYTES = 33;
+
 export const FINAL_STATUSES = new Set(['success', 'failed', 'cancelled', 'timed_out']);
 
 /** What the probes saw of one deployment, in performance.now() milliseconds. */
 export interface DeploymentTrace {
   /** Named moments, first occurrence kept: jobSent, accepted, started:<step>, firstOutput:<step>, … */
   marks: Map<string, number>;
-  /** Output frames stored per step: count, bytes, and time spent inside JobService.output(). */
+  /** Output frames stored per step: count, bytes, and time spent inside JobService.outputs(). */
   frames: Map<number, { count: number; bytes: number; busyMs: number; lastStored: number }>;
   /** First arrival of each frame kind on the coordinator's socket (`step.output:1`, `job.finished`…), before decoding. */
   arrived: Map<string, number>;
   /** Every output chunk handed to JobService.outputs(): its frame's arrival on the socket and when it was stored. */
   chunks: ChunkTrace[];
-  /** Time spent synchronously in the hub's `message` handler (decodeAgentFrame: JSON.parse, schema) for output frames. */
+  /** Time spent synchronously in the hub's `message` handler (decodeAgentFrame's header read, batching) for output frames. */
   decode: { frames: number; ms: number };
 }
 
@@ -205,29 +208,38 @@ export async function startProduct(
     }
   };
   // Arrival of each kind of frame on the coordinator's socket, timestamped before the hub decodes
-  // and queues it (frames are JSON with `type` then `jobId` (then `step`, `seq`, `offset`) first),
-  // and the time the hub's own `message` listener takes (a listener before it and one after it).
+  // and queues it, and the time the hub's own `message` listener takes (a listener before it and
+  // one after it). JSON frames start with `type` then `jobId` (then `step`); step.output is a
+  // binary frame whose 33-byte header holds the job id, step, seq and offset (protocol codec.ts).
   const frameArrivals = new Map<string, number>();
   const hub = coord.app.services.hub;
   const accept = hub.accept.bind(hub);
   hub.accept = (socket: WebSocket, agent) => {
     let current: { t: DeploymentTrace; at: number } | undefined;
-    socket.on('message', (data: Buffer) => {
+    socket.on('message', (data: Buffer, isBinary: boolean) => {
       current = undefined;
       if (!Buffer.isBuffer(data)) return;
       const at = performance.now();
-      const m =
-        /^\{"type":"([a-z.]+)","jobId":"([0-9a-f-]{36})"(?:,"step":(\d+))?(?:,"seq":\d+,"offset":(\d+))?/.exec(
-          data.subarray(0, 160).toString('latin1'),
-        );
+      if (isBinary) {
+        if (data.length < OUTPUT_HEADER_BYTES || data[0] !== 1) return;
+        const hex = data.subarray(1, 17).toString('hex');
+        const jobId = `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+        const t = traceOfJob(jobId);
+        if (!t) return;
+        const step = data.readUInt32BE(17);
+        const key = `step.output:${step}`;
+        if (!t.arrived.has(key)) t.arrived.set(key, at);
+        frameArrivals.set(`${jobId}:${step}:${Number(data.readBigUInt64BE(25))}`, at);
+        current = { t, at };
+        return;
+      }
+      const m = /^\{"type":"([a-z.]+)","jobId":"([0-9a-f-]{36})"(?:,"step":(\d+))?/.exec(
+        data.subarray(0, 160).toString('latin1'),
+      );
       if (!m) return;
       const t = traceOfJob(m[2]!);
       const key = m[3] === undefined ? m[1]! : `${m[1]}:${m[3]}`;
       if (t && !t.arrived.has(key)) t.arrived.set(key, at);
-      if (t && m[1] === 'step.output' && m[4] !== undefined) {
-        frameArrivals.set(`${m[2]}:${m[3]}:${m[4]}`, at);
-        current = { t, at };
-      }
     });
     accept(socket, agent);
     socket.on('message', () => {

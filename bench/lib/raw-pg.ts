@@ -2,7 +2,7 @@
 // streams) write the same bytes as the product, in the same 256 KiB chunks, into a table shaped
 // like log_chunks, all at once. Two ways: multi-row INSERTs with bound parameters (`batch` rows per
 // autocommit statement, the product's way at its best), and one binary COPY per client (the ceiling:
-// the fastest way PostgreSQL takes rows). No schema validation, no bookkeeping, no compaction.
+// the fastest way PostgreSQL takes rows). No schema validation, no bookkeeping.
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { Readable } from 'node:stream';
@@ -19,13 +19,6 @@ export interface RawPgIngest {
   insertRound(batch: number): Promise<number>;
   /** Every client COPYs its bytes (binary format, one COPY each), concurrently: ms until the last is done. */
   copyRound(): Promise<number>;
-  /**
-   * A diagnostic, not a contestant: right after an INSERT round, every client compacts its entry the
-   * way the coordinator completes one (JobService's #completeEntry at the time of writing: in one
-   * transaction, string_agg of the chunks into the entry's output, then delete the chunks),
-   * concurrently: ms until the last is done.
-   */
-  compactRound(): Promise<number>;
 }
 
 interface Chunk {
@@ -93,10 +86,7 @@ export async function startRawPgIngest(
     clients.push(client);
   }
   const admin = clients[0]!;
-  await admin.query(
-    `create table bench_log_entries (
-       id uuid primary key, output bytea, output_bytes bigint not null default 0, finished_at timestamptz(3))`,
-  );
+  await admin.query(`create table bench_log_entries (id uuid primary key)`);
   await admin.query(
     `create table bench_log_chunks (
        id bigserial primary key,
@@ -120,12 +110,10 @@ export async function startRawPgIngest(
   });
   const total = data.reduce((n, b) => n + b.length, 0);
 
-  let lastEntries: string[] = [];
   /** A fresh entry per client, then `write` for all clients at once; checks every byte landed. */
   const round = async (write: (client: pg.Client, entryId: string, chunks: Chunk[]) => Promise<void>) => {
     await admin.query('truncate bench_log_chunks, bench_log_entries');
     const entryIds = clients.map(() => randomUUID());
-    lastEntries = entryIds;
     await admin.query('insert into bench_log_entries (id) select unnest($1::uuid[])', [entryIds]);
     const start = performance.now();
     await Promise.all(clients.map((c, i) => write(c, entryIds[i]!, perClient[i]!)));
@@ -166,37 +154,6 @@ export async function startRawPgIngest(
         );
         await pipeline(Readable.from(copyTuples(entryId, chunks)), stream);
       });
-    },
-    async compactRound() {
-      if (lastEntries.length === 0) throw new Error('raw pg: compactRound() follows an INSERT round');
-      const start = performance.now();
-      await Promise.all(
-        clients.map(async (client, i) => {
-          const entryId = lastEntries[i]!;
-          await client.query('begin');
-          const { rows } = await client.query(
-            `with joined as (
-               select coalesce(string_agg(c.data, ''::bytea order by c."offset"), ''::bytea) || $2::bytea as out
-                 from bench_log_chunks c where c.log_entry_id = $1)
-             update bench_log_entries e
-                set output = joined.out, output_bytes = length(joined.out), finished_at = now()
-               from joined
-              where e.id = $1 and e.finished_at is null
-              returning e.id`,
-            [entryId, Buffer.alloc(0)],
-          );
-          if (rows.length !== 1) throw new Error(`raw pg: entry ${entryId} was not compacted`);
-          await client.query('delete from bench_log_chunks where log_entry_id = $1', [entryId]);
-          await client.query('commit');
-        }),
-      );
-      const ms = performance.now() - start;
-      const { rows } = await admin.query<{ bytes: string }>(
-        'select coalesce(sum(output_bytes), 0) as bytes from bench_log_entries',
-      );
-      if (Number(rows[0]!.bytes) !== total)
-        throw new Error(`raw pg: compacted ${rows[0]!.bytes} bytes of ${total}`);
-      return ms;
     },
   };
 }

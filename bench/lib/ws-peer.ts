@@ -3,12 +3,13 @@
 // `node bench/lib/ws-peer.ts <ws url>`; it exits when the socket closes or its stdin ends.
 //
 //   assign {jobId, cmd}        → spawns `bash -c cmd`, sends its first output at once as one
-//                                step.output frame (base64 JSON), then step.finished after exit.
+//                                step.output frame (binary, as the agent's), then step.finished after exit.
 //   run {jobId, cmd, frameBytes} → step.started, spawns `bash -c cmd`, sends its output in frames of
-//                                frameBytes raw bytes (base64 JSON), the rest at exit, then
+//                                frameBytes raw bytes (binary frames), the rest at exit, then
 //                                step.finished {outputBytes}. Acks (output.ack) are parsed, not waited for.
 import { spawn } from 'node:child_process';
 import WebSocket from 'ws';
+import { encodeOutputFrame } from '../../protocol/src/index.ts';
 
 interface Assign {
   type: 'assign';
@@ -28,15 +29,16 @@ if (!url) {
   console.error('usage: ws-peer.ts <ws url>');
   process.exit(2);
 }
-const ws = new WebSocket(url, { maxPayload: 2 * 1024 * 1024 });
+// The agent's transport settings: a zero masking key, so ws XORs nothing.
+const ws = new WebSocket(url, { maxPayload: 2 * 1024 * 1024, generateMask: (mask) => mask.fill(0) });
 let acked = 0;
 
-function send(message: object): void {
-  ws.send(JSON.stringify(message));
+function send(message: object | Buffer): void {
+  ws.send(Buffer.isBuffer(message) ? message : JSON.stringify(message));
 }
 
-function frame(jobId: string, seq: number, offset: number, bytes: Buffer) {
-  return { type: 'step.output', jobId, step: 1, seq, offset, data: bytes.toString('base64') };
+function frame(jobId: string, seq: number, offset: number, bytes: Buffer): Buffer {
+  return encodeOutputFrame({ type: 'step.output', jobId, step: 1, seq, offset, data: bytes });
 }
 
 function bash(cmd: string) {

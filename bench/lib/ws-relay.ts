@@ -1,19 +1,21 @@
 // The transport baseline: a bare `ws` server in this process and the ws-peer.ts client in a
-// child process, on loopback, exchanging the protocol's shapes of frames (JSON, output as base64)
-// with no database, no schema validation and no bookkeeping. It is what the product's dispatch
+// child process, on loopback, exchanging the protocol's frames (JSON; output as the protocol's
+// binary frames, with the agent's zero masking key) with no database, no schema validation and
+// no bookkeeping. It is what the product's dispatch
 // and output path would cost if the coordinator only relayed.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { type WebSocket, WebSocketServer } from 'ws';
+import { decodeAgentFrame } from '../../protocol/src/index.ts';
 import { type Cleanup, withTimeout } from './harness.ts';
 
 interface PeerMessage {
   type: string;
   jobId?: string;
   offset?: number;
-  data?: string;
+  data?: Buffer;
   outputBytes?: number;
 }
 
@@ -59,9 +61,17 @@ export async function startRelay(cleanup: Cleanup): Promise<Relay> {
 
   // One round at a time: the current round's handler gets every message.
   let handler: ((m: PeerMessage, at: number) => void) | undefined;
-  socket.on('message', (data: Buffer) => {
+  socket.on('message', (data: Buffer, isBinary: boolean) => {
     const at = performance.now();
-    const m = JSON.parse(data.toString('utf8')) as PeerMessage;
+    let m: PeerMessage;
+    if (isBinary) {
+      // Output: the header read by the protocol's codec, the bytes taken as they are.
+      const decoded = decodeAgentFrame(data, true);
+      if (!decoded.ok) throw new Error(`ws relay: ${decoded.error}`);
+      m = decoded.message as PeerMessage;
+    } else {
+      m = JSON.parse(data.toString('utf8')) as PeerMessage;
+    }
     handler?.(m, at);
   });
 
@@ -96,10 +106,7 @@ export async function startRelay(cleanup: Cleanup): Promise<Relay> {
         },
         (m, _at, done) => {
           if (m.jobId !== jobId) return;
-          if (m.type === 'step.output' && firstAt === undefined) {
-            Buffer.from(m.data ?? '', 'base64');
-            firstAt = performance.now();
-          }
+          if (m.type === 'step.output' && firstAt === undefined) firstAt = performance.now();
           // The round ends when the command has exited, so rounds never overlap.
           if (m.type === 'step.finished') done();
         },
@@ -118,7 +125,7 @@ export async function startRelay(cleanup: Cleanup): Promise<Relay> {
           if (m.jobId !== jobId) return;
           if (m.type === 'step.started') startedAt = at;
           else if (m.type === 'step.output') {
-            const bytes = Buffer.from(m.data ?? '', 'base64');
+            const bytes = m.data ?? Buffer.alloc(0);
             if (m.offset !== received) throw new Error(`ws relay: offset ${m.offset}, expected ${received}`);
             received += bytes.length;
             socket.send(JSON.stringify({ type: 'output.ack', jobId, step: 1, offset: received }));
