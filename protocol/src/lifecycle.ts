@@ -23,7 +23,8 @@
 //                                        ◄── job.accepted {jobId}
 //   for each step of the plan (protocol/step-plan.ts: 0 = checkout, 1..n = commands):
 //                                        ◄── step.started {jobId, step, cmd}
-//                                        ◄── step.output {jobId, step, seq, offset, data}  (repeated)
+//                                        ◄── step.output {jobId, step, seq, offset, data}  (repeated;
+//                                            a binary frame: codec.ts)
 //   output.ack {jobId, step, offset} ──►      (everything before offset is stored)
 //                                        ◄── step.finished {jobId, step, exitCode, signal, outputBytes}
 //   after the last step, or the first failing one:

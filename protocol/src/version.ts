@@ -1,3 +1,3 @@
 // The agent⇄coordinator protocol version: one integer, bumped on every incompatible change to
 // the messages in this package. The handshake compares it before anything else.
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;

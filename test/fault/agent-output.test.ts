@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { captureEvents, entryFor, expectSame, faultHarness, seqOutput } from '../helpers/fault-harness.ts';
-import { sql } from '../helpers/sql.ts';
+import { ENTRY_OUTPUT, sql } from '../helpers/sql.ts';
 
 const SECRET = 'sk-abcdef123';
 const TOKEN = 'tok-98765xyz';
@@ -15,8 +15,11 @@ const TOKEN = 'tok-98765xyz';
 async function storedBytes(h: ReturnType<typeof faultHarness>, entryId: string): Promise<Buffer> {
   const [row] = await h.coord.orm.em
     .fork()
-    .execute<Array<{ output: Buffer | null }>>('select output from log_entries where id = ?', [entryId]);
-  expect(row?.output, `entry ${entryId} has no compacted output`).toBeInstanceOf(Buffer);
+    .execute<Array<{ output: Buffer | null }>>(
+      `select ${ENTRY_OUTPUT} as output from log_entries e where id = ?`,
+      [entryId],
+    );
+  expect(row?.output, `entry ${entryId} has no output`).toBeInstanceOf(Buffer);
   return row!.output!;
 }
 

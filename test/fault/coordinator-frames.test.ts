@@ -7,7 +7,7 @@
 // agent is never disconnected, and /healthz answers 200 throughout.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CloseCode, MAX_FRAME_BYTES, PROTOCOL_VERSION } from '../../protocol/src/index.ts';
+import { CloseCode, encodeFrame, MAX_FRAME_BYTES, PROTOCOL_VERSION } from '../../protocol/src/index.ts';
 import type { RunningAgent } from '../helpers/agents.ts';
 import { connectPg, createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import {
@@ -141,10 +141,9 @@ function badFrames(victimJob: string): BadFrame[] {
       false,
     ),
     message('hello missing fields', () => ({ type: 'hello', protocolVersion: PROTOCOL_VERSION }), false),
-    message(
-      'step.output with a negative offset',
-      () => ({ type: 'step.output', jobId: JOB(), step: 0, seq: 0, offset: -1, data: '' }),
-      false,
+    text(
+      'step.output as JSON text (output is a binary frame)',
+      JSON.stringify({ type: 'step.output', jobId: JOB(), step: 0, seq: 0, offset: 0, data: 'aGkK' }),
     ),
     message(
       'job.finished with an unknown status',
@@ -155,6 +154,25 @@ function badFrames(victimJob: string): BadFrame[] {
       kind: 'binary frame',
       afterHello: false,
       send: (raw) => raw.sendRaw(Buffer.from('{"type":"hello"}'), true),
+      expected: CloseCode.BAD_FRAME,
+    },
+    {
+      kind: 'binary step.output with a step out of range',
+      afterHello: false,
+      send: (raw) => {
+        const frame = Buffer.from(
+          encodeFrame({
+            type: 'step.output',
+            jobId: JOB(),
+            step: 0,
+            seq: 0,
+            offset: 0,
+            data: Buffer.from('x'),
+          }),
+        );
+        frame.writeUInt32BE(0xffffffff, 17);
+        raw.sendRaw(frame, true);
+      },
       expected: CloseCode.BAD_FRAME,
     },
     text('oversized (1.5 MiB)', oversized, CloseCode.TOO_LARGE),
@@ -184,7 +202,7 @@ function badFrames(victimJob: string): BadFrame[] {
         step: 1,
         seq: 0,
         offset: 0,
-        data: Buffer.from('INJECTED\n').toString('base64'),
+        data: Buffer.from('INJECTED\n'),
       }),
       true,
     ),

@@ -9,7 +9,7 @@ import type { JobAssign } from '../../protocol/src/index.ts';
 import { startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
 import { Admin, RawAgent, sleep, waitFor } from '../helpers/faults-coordinator.ts';
 import { createTestRepo, type TestRepo } from '../helpers/git.ts';
-import { sql } from '../helpers/sql.ts';
+import { ENTRY_OUTPUT, sql } from '../helpers/sql.ts';
 
 const LEASE_MS = 1_500;
 const HEARTBEAT_MS = 300;
@@ -39,8 +39,6 @@ afterAll(async () => {
   await repo?.remove();
 }, 30_000);
 
-const b64 = (s: string) => Buffer.from(s).toString('base64');
-
 /** A raw agent with a deployment assigned to it: the job it was given. */
 async function rawAgentWithJob(
   name: string,
@@ -62,7 +60,7 @@ async function rawAgentWithJob(
 /** Sends step.output and waits for the acknowledgement of that step up to `end`. */
 async function output(raw: RawAgent, jobId: string, step: number, offset: number, text: string, seq = 0) {
   const from = raw.received.length;
-  raw.send({ type: 'step.output', jobId, step, seq, offset, data: b64(text) });
+  raw.send({ type: 'step.output', jobId, step, seq, offset, data: Buffer.from(text) });
   return raw.next('output.ack', (a) => a.jobId === jobId && a.step === step, 5_000, from);
 }
 
@@ -80,7 +78,7 @@ async function snapshot(deployId: string) {
   );
   const entries = await sql(
     coordinator,
-    `select seq, cmd, status, success, exit_code, signal, output, output_bytes, finished_at,
+    `select seq, cmd, status, success, exit_code, signal, ${ENTRY_OUTPUT} as output, output_bytes, finished_at,
             (select count(*)::int from log_chunks c where c.log_entry_id = e.id) as chunks
        from log_entries e where deployment_id = ? order by seq`,
     [deployId],

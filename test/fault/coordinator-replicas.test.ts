@@ -42,8 +42,6 @@ afterAll(async () => {
   await db?.drop();
 }, 30_000);
 
-const b64 = (s: string) => Buffer.from(s).toString('base64');
-
 describe('an agent reconnecting to replica A, then B, then A again within one command', () => {
   it('has every byte of that command stored once, in order, and the deployment succeeds', async () => {
     const [a, b] = replicas as [CoordinatorProcess, CoordinatorProcess];
@@ -65,7 +63,7 @@ describe('an agent reconnecting to replica A, then B, then A again within one co
     };
     const output = async (raw: RawAgent, jobId: string, step: number, offset: number, text: string) => {
       const from = raw.received.length;
-      raw.send({ type: 'step.output', jobId, step, seq: offset, offset, data: b64(text) });
+      raw.send({ type: 'step.output', jobId, step, seq: offset, offset, data: Buffer.from(text) });
       return (await raw.next('output.ack', (m) => m.jobId === jobId && m.step === step, 5_000, from)).offset;
     };
 

@@ -78,7 +78,7 @@ describe('SIGTERM while agents are connected', () => {
         { round, exit, forced: output.includes('shutdown took longer than 15 s') },
         `round ${round}: SIGTERM took ${tookMs} ms\n${output.slice(-3_000)}`,
       ).toEqual({ round, exit: { code: 0, signal: null }, forced: false });
-      expect(tookMs, `round ${round}`).toBeLessThan(5_000);
+      expect(tookMs, `round ${round}\n${output.slice(-4_000)}`).toBeLessThan(5_000);
       // Soft: carry on to the next rounds, where the stop may hang (the other failure to show).
       const codes = await Promise.all(connections.map(async (c) => (await c.closed).code));
       expect

@@ -116,7 +116,7 @@ export class FakeCoordinator {
     this.sendRaw(encodeFrame(message));
   }
 
-  sendRaw(text: string): void {
+  sendRaw(text: string | Buffer): void {
     const ws = this.#sockets.at(-1);
     if (!ws || ws.readyState !== ws.OPEN) throw new Error('no open agent connection');
     ws.send(text);
@@ -176,7 +176,7 @@ export class FakeCoordinator {
     const parts: Buffer[] = [];
     let held = 0;
     for (const c of [...chunks].sort((a, b) => a.offset - b.offset)) {
-      const bytes = Buffer.from(c.data, 'base64');
+      const bytes = c.data;
       if (c.offset > held) throw new Error(`gap in output of ${jobId}/${step} at ${held}`);
       const overlap = Math.min(held - c.offset, bytes.length);
       if (overlap > 0) {
@@ -227,7 +227,7 @@ export class FakeCoordinator {
     this.#sockets.push(ws);
     let pinger: NodeJS.Timeout | undefined;
     ws.on('message', (data, isBinary) => {
-      const decoded = decodeAgentFrame(isBinary ? null : data);
+      const decoded = decodeAgentFrame(data, isBinary);
       if (!decoded.ok) {
         this.badFrames.push(decoded.error);
         ws.close(decoded.code, decoded.error.slice(0, 100));
@@ -286,7 +286,7 @@ export class FakeCoordinator {
   #store(m: StepOutput): void {
     const key = `${m.jobId}/${m.step}`;
     const held = this.#stored.get(key) ?? 0;
-    const end = m.offset + Buffer.byteLength(m.data, 'base64');
+    const end = m.offset + m.data.length;
     this.#stored.set(key, m.offset <= held && end > held ? end : held);
   }
 }

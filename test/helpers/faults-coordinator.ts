@@ -19,6 +19,7 @@ import { type RunningAgent, startAgent } from './agents.ts';
 import { type Client, signUp } from './coordinator.ts';
 import { connectPg } from './database.ts';
 import { type CoordinatorProcess, startCoordinatorProcess } from './processes.ts';
+import { ENTRY_OUTPUT } from './sql.ts';
 
 export const FINAL_DEPLOYMENT_STATES = ['success', 'failed', 'cancelled', 'timed_out'];
 
@@ -160,16 +161,22 @@ export async function storedEntries(
   databaseUrl: string,
   deployId: string,
   cmd: string,
-): Promise<Array<{ host: string; status: string; output: Buffer | null; chunks: number }>> {
+): Promise<Array<{ host: string; status: string; output: Buffer; output_bytes: string; chunks: number }>> {
   const client = await connectPg(databaseUrl);
   try {
     const { rows } = await client.query(
-      `select e.host, e.status, e.output,
+      `select e.host, e.status, ${ENTRY_OUTPUT} as output, e.output_bytes,
               (select count(*)::int from log_chunks c where c.log_entry_id = e.id) as chunks
          from log_entries e where e.deployment_id = $1 and e.cmd = $2 order by e.host`,
       [deployId, cmd],
     );
-    return rows as Array<{ host: string; status: string; output: Buffer | null; chunks: number }>;
+    return rows as Array<{
+      host: string;
+      status: string;
+      output: Buffer;
+      output_bytes: string;
+      chunks: number;
+    }>;
   } finally {
     await client.end();
   }
@@ -186,8 +193,8 @@ export async function expectExactLog(
   expect(entries).toHaveLength(1);
   const [entry] = entries;
   expect(entry!.status).toBe('success');
-  expect(entry!.chunks).toBe(0); // compacted
-  const stored = entry!.output ?? Buffer.alloc(0);
+  const stored = entry!.output;
+  expect(Number(entry!.output_bytes)).toBe(stored.length);
   if (!stored.equals(Buffer.from(expected))) {
     // A readable diff of the lines, not two blobs.
     expect(stored.toString('utf8').split('\n')).toEqual(expected.split('\n'));

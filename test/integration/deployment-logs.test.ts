@@ -175,7 +175,7 @@ describe('GET /deploy/:id logs', () => {
     expect(logs[1].log).toBe('bad byte: \uFFFD\uFFFD end\nline 2\n');
   });
 
-  it('concatenate the chunks in offset order when the output is not compacted yet', async () => {
+  it('concatenate the chunks in offset order (where output is stored)', async () => {
     const logs = (await api.admin.get(`/deploy/${deployId}`)).json.logs;
     expect(logs[2].log).toBe('ok 1\n€ 2\r\nok 3\n');
     expect(logs[4].log).toBe('listening on :3000\n');
@@ -186,7 +186,7 @@ describe('GET /deploy/:id logs', () => {
     expect(logs[3].log).toBe('');
   });
 
-  it('prefer the compacted output over chunks when both exist', async () => {
+  it('prefer the single output value (entries compacted by earlier versions) over chunks when both exist', async () => {
     await sql(
       api.coord,
       `insert into log_chunks (log_entry_id, "offset", data, created_at) values (?, 0, ?, now())`,

@@ -217,7 +217,7 @@ describe('unacknowledged output', () => {
     let offset = 0;
     for (const f of frames) {
       expect(f.offset).toBe(offset);
-      offset += Buffer.from(f.data, 'base64').length;
+      offset += f.data.length;
     }
     const expected = Array.from({ length: lines }, (_, i) => `line ${String(i + 1).padStart(9, '0')}\n`).join(
       '',

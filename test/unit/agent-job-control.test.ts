@@ -118,7 +118,7 @@ describe('masking', () => {
     expect(fake.output(job.jobId, 2).toString()).toBe('to stderr [MASKED]\n');
     // No frame carries any part of it that could be glued back together either.
     const frames = fake.messages('step.output').filter((m) => m.jobId === job.jobId);
-    for (const f of frames) expect(Buffer.from(f.data, 'base64').toString()).not.toContain('s3cr3t');
+    for (const f of frames) expect(f.data.toString()).not.toContain('s3cr3t');
     expect(frames.filter((f) => f.step === 1).length).toBeGreaterThan(1);
     // Offsets and outputBytes count the masked bytes.
     expect(

@@ -23,7 +23,7 @@ function collect(opts: { written?: boolean } = {}) {
       }
     },
   });
-  return { stream, sent, bytes: (f: StepOutput) => Buffer.from(f.data, 'base64') };
+  return { stream, sent, bytes: (f: StepOutput) => f.data };
 }
 
 describe('output batching', () => {

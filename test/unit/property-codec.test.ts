@@ -42,7 +42,7 @@ const text = (max: number, min = 0) =>
 const id = fc.uuid();
 const stepIndex = fc.integer({ min: 0, max: 10_000 });
 const offset = fc.oneof(fc.nat(), fc.constant(Number.MAX_SAFE_INTEGER), fc.nat({ max: 1 << 20 }));
-const base64 = fc.uint8Array({ maxLength: 4096 }).map((b) => Buffer.from(b).toString('base64'));
+const bytes = fc.uint8Array({ maxLength: 4096 }).map((b) => Buffer.from(b));
 const optional = <T>(arb: fc.Arbitrary<T>) => fc.option(arb, { nil: undefined });
 /** Drops keys whose value is undefined (optional fields absent, as JSON has them). */
 const defined = <T extends object>(o: T): T =>
@@ -65,9 +65,9 @@ const agentMessage: fc.Arbitrary<AgentMessage> = fc.oneof(
     type: fc.constant('step.output' as const),
     jobId: id,
     step: stepIndex,
-    seq: fc.nat(),
+    seq: fc.nat({ max: 2 ** 32 - 1 }),
     offset,
-    data: base64,
+    data: bytes,
   }),
   fc
     .record({
@@ -140,12 +140,19 @@ const coordinatorMessage: fc.Arbitrary<CoordinatorMessage> = fc.oneof(
 );
 
 describe('any valid message encodes and decodes to itself', () => {
-  it('from an agent (text and Buffer frames)', () => {
+  it('from an agent (text and Buffer frames; step.output binary)', () => {
     fc.assert(
       fc.property(agentMessage, (message) => {
         const frame = encodeFrame(message);
-        expect(decodeAgentFrame(frame)).toEqual({ ok: true, message });
-        expect(decodeAgentFrame(Buffer.from(frame))).toEqual({ ok: true, message });
+        if (typeof frame === 'string') {
+          expect(decodeAgentFrame(frame)).toEqual({ ok: true, message });
+          expect(decodeAgentFrame(Buffer.from(frame))).toEqual({ ok: true, message });
+        } else {
+          expect(message.type).toBe('step.output');
+          expect(decodeAgentFrame(frame, true)).toEqual({ ok: true, message });
+          // Output is never accepted as text.
+          expect(decodeAgentFrame(frame, false).ok).toBe(false);
+        }
       }),
       RUNS,
     );
@@ -167,12 +174,12 @@ describe('any valid message encodes and decodes to itself', () => {
       type: 'step.output',
       jobId: '0b7c6a8e-2f4d-4a7e-9c1b-5d3e2f1a0b9c',
       step: 10_000,
-      seq: Number.MAX_SAFE_INTEGER,
+      seq: 2 ** 32 - 1,
       offset: Number.MAX_SAFE_INTEGER,
-      data: Buffer.alloc(MAX_CHUNK_BYTES, 0xff).toString('base64'),
+      data: Buffer.alloc(MAX_CHUNK_BYTES, 0xff),
     };
     expect(Buffer.byteLength(encodeFrame(message))).toBeLessThanOrEqual(MAX_FRAME_BYTES);
-    expect(decodeAgentFrame(encodeFrame(message))).toEqual({ ok: true, message });
+    expect(decodeAgentFrame(encodeFrame(message), true)).toEqual({ ok: true, message });
   });
 });
 

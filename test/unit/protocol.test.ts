@@ -6,6 +6,7 @@ import {
   decodeAgentFrame,
   decodeCoordinatorFrame,
   encodeFrame,
+  MAX_CHUNK_BYTES,
   MAX_FRAME_BYTES,
   planSteps,
   runPlan,
@@ -33,17 +34,21 @@ describe('decoding frames from an agent', () => {
         step: 1,
         seq: 0,
         offset: 0,
-        data: Buffer.from('hi\n').toString('base64'),
+        data: Buffer.from('hi\n'),
       },
       { type: 'step.finished', jobId: JOB, step: 1, exitCode: 0, signal: null, outputBytes: 3 },
       { type: 'job.finished', jobId: JOB, status: 'success' },
     ];
     for (const frame of frames) {
+      const encoded = encodeFrame(frame as never);
+      if (frame.type === 'step.output') {
+        // Output travels as a binary frame (header + raw bytes), never as JSON.
+        expect(Buffer.isBuffer(encoded)).toBe(true);
+        expect(decodeAgentFrame(encoded, true)).toEqual({ ok: true, message: frame });
+        continue;
+      }
       expect(decodeAgentFrame(JSON.stringify(frame))).toEqual({ ok: true, message: frame });
-      expect(decodeAgentFrame(Buffer.from(encodeFrame(frame as never)))).toEqual({
-        ok: true,
-        message: frame,
-      });
+      expect(decodeAgentFrame(Buffer.from(encoded))).toEqual({ ok: true, message: frame });
     }
   });
 
@@ -64,14 +69,14 @@ describe('decoding frames from an agent', () => {
       'job.accepted: jobId must match format "uuid"',
     ],
     [
-      'a negative offset',
-      JSON.stringify({ type: 'step.output', jobId: JOB, step: 0, seq: 0, offset: -1, data: '' }),
-      'step.output: offset',
+      'step.output as JSON text (it is a binary frame)',
+      JSON.stringify({ type: 'step.output', jobId: JOB, step: 0, seq: 0, offset: 0, data: '' }),
+      'unknown message type "step.output"',
     ],
     [
-      'data that is not a string',
-      JSON.stringify({ type: 'step.output', jobId: JOB, step: 0, seq: 0, offset: 0, data: 42 }),
-      'step.output: data',
+      'a negative offset',
+      JSON.stringify({ type: 'step.started', jobId: JOB, step: -1, cmd: 'x' }),
+      'step.started: step',
     ],
     [
       'an unknown job result',
@@ -94,6 +99,48 @@ describe('decoding frames from an agent', () => {
 
   it('refuses binary that is not a buffer or string', () => {
     expect(decodeAgentFrame(42)).toMatchObject({ ok: false, code: CloseCode.BAD_FRAME });
+  });
+
+  describe('binary step.output frames', () => {
+    const output = {
+      type: 'step.output' as const,
+      jobId: JOB,
+      step: 3,
+      seq: 7,
+      offset: 2 ** 40,
+      data: Buffer.from('ok\n'),
+    };
+
+    it('carry the header fields and the raw bytes', () => {
+      const frame = encodeFrame(output) as Buffer;
+      expect(frame.length).toBe(33 + 3);
+      expect(frame.subarray(33).toString()).toBe('ok\n');
+      expect(decodeAgentFrame(frame, true)).toEqual({ ok: true, message: output });
+    });
+
+    it.each([
+      ['a frame shorter than its header', (f: Buffer) => f.subarray(0, 20), 'not a step.output frame'],
+      [
+        'an unknown frame kind',
+        (f: Buffer) => Buffer.concat([Buffer.from([9]), f.subarray(1)]),
+        'not a step.output frame',
+      ],
+      ['a step out of range', (f: Buffer) => (f.writeUInt32BE(10_001, 17), f), 'step is out of range'],
+      [
+        'an offset past 2^53',
+        (f: Buffer) => (f.writeBigUInt64BE(2n ** 60n, 25), f),
+        'offset is out of range',
+      ],
+    ])('refuses %s with BAD_FRAME', (_name, spoil, error) => {
+      const result = decodeAgentFrame(spoil(Buffer.from(encodeFrame(output) as Buffer)), true);
+      expect(result).toMatchObject({ ok: false, code: CloseCode.BAD_FRAME });
+      if (!result.ok) expect(result.error).toContain(error);
+    });
+
+    it('refuses more than MAX_CHUNK_BYTES of output with TOO_LARGE', () => {
+      const big = encodeFrame({ ...output, data: Buffer.alloc(MAX_CHUNK_BYTES + 1) }) as Buffer;
+      expect(decodeAgentFrame(big, true)).toMatchObject({ ok: false, code: CloseCode.TOO_LARGE });
+    });
   });
 });
 

@@ -129,6 +129,9 @@ export class AgentConnection {
       headers: { Authorization: `Bearer ${this.#opts.token}` },
       maxPayload: MAX_FRAME_BYTES,
       handshakeTimeout: this.#welcomeTimeoutMs,
+      // A zero masking key: ws then skips XOR-ing every byte on both ends. Masking protects
+      // proxies from scripts a browser runs on behalf of strangers; an agent runs none.
+      generateMask: (mask) => mask.fill(0),
     });
     this.#ws = ws;
     this.#inFlight = 0;
@@ -226,10 +229,10 @@ export class AgentConnection {
     while (this.#inFlight < WRITE_WINDOW_BYTES) {
       const next = this.#outbox.take();
       if (!next) return;
-      const text = encodeFrame(next.message);
-      const size = Buffer.byteLength(text);
+      const frame = encodeFrame(next.message);
+      const size = typeof frame === 'string' ? Buffer.byteLength(frame) : frame.length;
       this.#inFlight += size;
-      ws.send(text, () => {
+      ws.send(frame, () => {
         if (ws !== this.#ws) return;
         this.#inFlight -= size;
         // Called from the socket's write callback: continue on a fresh tick, not inside it.

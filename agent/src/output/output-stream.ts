@@ -152,7 +152,7 @@ export class OutputStream {
       },
       written: (message) => {
         const m = message as StepOutput;
-        const end = m.offset + Buffer.byteLength(m.data, 'base64');
+        const end = m.offset + m.data.length;
         if (end > this.#writtenEnd) this.#writtenEnd = end;
       },
     };
@@ -165,7 +165,7 @@ export class OutputStream {
       step: this.step,
       seq: chunk.seq,
       offset: chunk.offset,
-      data: chunk.bytes.toString('base64'),
+      data: chunk.bytes,
     };
   }
 }

@@ -151,10 +151,18 @@ export default fp(
       services.notifier.start();
     });
     app.addHook('preClose', async () => {
-      await services.scheduler.stop();
-      await services.notifier.stop();
-      await services.hub.stop();
-      await services.pool.end();
+      // Each part stops in turn; how long each took is logged, so a slow stop says where it waits.
+      const took: Record<string, number> = {};
+      const timed = async (name: string, stop: () => Promise<void>) => {
+        const started = performance.now();
+        await stop();
+        took[name] = Math.round(performance.now() - started);
+      };
+      await timed('scheduler', () => services.scheduler.stop());
+      await timed('notifier', () => services.notifier.stop());
+      await timed('hub', () => services.hub.stop());
+      await timed('pool', () => services.pool.end());
+      app.log.info({ tookMs: took }, 'background work stopped');
     });
   },
   { name: 'services' },

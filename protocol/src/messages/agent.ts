@@ -2,7 +2,7 @@
 import Type, { type Static } from 'typebox';
 import { ByteOffset, Id, StepIndex } from './common.ts';
 
-/** The largest output chunk an agent sends in one frame (raw bytes, before base64). */
+/** The largest output chunk an agent sends in one frame (raw bytes). */
 export const MAX_CHUNK_BYTES = 256 * 1024;
 
 export const Hello = Type.Object({
@@ -27,18 +27,23 @@ export const StepStarted = Type.Object({
 });
 export type StepStarted = Static<typeof StepStarted>;
 
-export const StepOutput = Type.Object({
-  type: Type.Literal('step.output'),
-  jobId: Id,
-  step: StepIndex,
+/**
+ * A chunk of a step's output. It travels as a binary frame — a fixed header, then the raw bytes
+ * (codec.ts) — never as JSON: output is most of what agents send, and base64 inside JSON cost
+ * both sides more CPU than storing it did.
+ */
+export interface StepOutput {
+  type: 'step.output';
+  jobId: string;
+  /** Step index (0 is the checkout). */
+  step: number;
   /** Chunk number within the step, from 0: for ordering checks and diagnostics. */
-  seq: Type.Integer({ minimum: 0 }),
+  seq: number;
   /** Byte offset of the chunk's first byte in the step's output. */
-  offset: ByteOffset,
-  /** The bytes, base64 (the receiver checks it: decoding must give back the same text). */
-  data: Type.String({ maxLength: Math.ceil(MAX_CHUNK_BYTES / 3) * 4 }),
-});
-export type StepOutput = Static<typeof StepOutput>;
+  offset: number;
+  /** The raw bytes, at most MAX_CHUNK_BYTES. */
+  data: Buffer;
+}
 
 export const StepFinished = Type.Object({
   type: Type.Literal('step.finished'),
@@ -62,11 +67,11 @@ export const JobFinished = Type.Object({
 });
 export type JobFinished = Static<typeof JobFinished>;
 
+/** The JSON messages (text frames); step.output is the one binary frame. */
 export const AGENT_MESSAGES = {
   hello: Hello,
   'job.accepted': JobAccepted,
   'step.started': StepStarted,
-  'step.output': StepOutput,
   'step.finished': StepFinished,
   'job.finished': JobFinished,
 } as const;

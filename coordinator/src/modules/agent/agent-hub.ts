@@ -38,7 +38,7 @@ export interface AgentHubOptions {
 const HELLO_TIMEOUT_MS = 10_000;
 /** How long a stopping coordinator waits for agents to answer its close frames. */
 const STOP_CLOSE_WAIT_MS = 1_000;
-/** Largest batch of output stored in one statement (base64 text, so about 3 MiB of output). */
+/** Largest batch of output stored in one statement. */
 const BATCH_BYTES = 4 * 1024 * 1024;
 /** Output waiting to be stored per connection before reading from it pauses. */
 const QUEUED_BYTES = 16 * 1024 * 1024;
@@ -51,7 +51,7 @@ class Connection {
   /** Output frames waiting to be stored together (the last thing queued, if any). */
   openBatch: StepOutput[] | null = null;
   openBatchBytes = 0;
-  /** Output (base64 text) received and not yet stored; the socket is paused while it is large. */
+  /** Output bytes received and not yet stored; the socket is paused while they are many. */
   queuedBytes = 0;
   paused = false;
   /** Job messages are handled strictly in order. */
@@ -145,7 +145,7 @@ export class AgentHub {
     });
     socket.on('message', (data, isBinary) => {
       conn.alive = true;
-      const decoded = decodeAgentFrame(isBinary ? null : data);
+      const decoded = decodeAgentFrame(data, isBinary);
       if (!decoded.ok) {
         log.warn({ error: decoded.error }, 'bad frame from agent: closing its connection');
         conn.close(decoded.code, decoded.error);
@@ -249,13 +249,7 @@ export class AgentHub {
 
   /** Stores output frames (one statement for the lot) and acknowledges each step's new offset. */
   async #outputs(conn: Connection, frames: StepOutput[]): Promise<void> {
-    const chunks = frames.map((f) => {
-      const data = Buffer.from(f.data, 'base64');
-      // Node's decoder skips what is not base64; a frame whose data does not survive the round
-      // trip was not base64 (cheaper than matching it with a pattern).
-      if (data.toString('base64') !== f.data) throw new ProtocolViolation('step.output: data is not base64');
-      return { jobId: f.jobId, step: f.step, offset: f.offset, data };
-    });
+    const chunks = frames.map((f) => ({ jobId: f.jobId, step: f.step, offset: f.offset, data: f.data }));
     for (const ack of await this.#o.jobs.outputs(conn.agent.id, chunks)) {
       conn.send({ type: 'output.ack', ...ack });
     }

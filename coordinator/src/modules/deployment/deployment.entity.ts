@@ -149,7 +149,10 @@ export const LogEntry = defineEntity({
     success: p.boolean().default(false),
     exitCode: p.integer().nullable(),
     signal: p.string().length(16).nullable(),
-    /** The whole output once the command has ended (chunks are compacted into it). */
+    /**
+     * Output lives in log_chunks. Set only for entries that never had chunks (skipped: empty) and
+     * for entries whose chunks earlier versions compacted into one value.
+     */
     output: p.blob().nullable().lazy(),
     outputBytes: p.bigint('number').default(0),
     startedAt: timestamp(),

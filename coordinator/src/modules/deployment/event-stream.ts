@@ -160,7 +160,8 @@ export async function readSince(
       }
       const finished = e.finished_at !== null;
       const bytes = await readOutput(em, e, cur.offset);
-      const usable = finished && e.compacted ? bytes.length : completeUtf8Prefix(bytes);
+      // A finished entry's output is complete: its last bytes go out even if they end mid-character.
+      const usable = finished ? bytes.length : completeUtf8Prefix(bytes);
       for (let at = 0; at < usable;) {
         // Pieces end on character boundaries, so no character is split between two events (a
         // piece that is one invalid run is taken whole).
@@ -177,7 +178,7 @@ export async function readSince(
         });
       }
       // Finished and delivered: the entry's final state, then on to the host's next step.
-      if (finished && e.compacted && cur.offset >= Number(e.output_bytes)) {
+      if (finished && cur.offset >= Number(e.output_bytes)) {
         cur.done += 1;
         cur.offset = -1;
         events.push({ event: 'entry', id: cursor.toString(), data: entryJson(deploymentId, e) });

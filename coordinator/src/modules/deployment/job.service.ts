@@ -1,6 +1,6 @@
 // What agents report about their jobs, turned into stored state: log entries per step, output
-// chunks stored once by byte offset (acknowledged, capped per entry), entries completed and
-// compacted, jobs and then deployments finished. Every method checks that the job belongs to the
+// chunks stored once by byte offset (acknowledged, capped per entry; they stay the entry's
+// output), entries completed, jobs and then deployments finished. Every method checks that the job belongs to the
 // reporting agent: an agent writes only to the jobs it was given, and a job that has ended cannot
 // be changed by late messages. Also leases (a job whose agent is silent past its lease is lost)
 // and cancellation (asked here, sent by the hub, confirmed by the agent). Sending jobs is
@@ -426,7 +426,11 @@ export class JobService {
     return /^timed out/.test(error ?? '') ? 'timed_out' : 'failed';
   }
 
-  /** Ends an entry: its chunks become its output (compaction), with notes when it did not end by itself. */
+  /**
+   * Ends an entry, with notes at the end of its output when it did not end by itself. Its output
+   * stays in its chunks, where it was stored as it arrived: copying every byte again into one
+   * value when the command ends cost PostgreSQL more than storing it had (see bench/README.md).
+   */
   async #completeEntry(
     em: EntityManager,
     entryId: string,
@@ -436,21 +440,29 @@ export class JobService {
     notes: string[],
   ): Promise<void> {
     await em.transactional(async (tx) => {
-      const suffix = Buffer.from(notes.map((n) => `\n[deckhand] ${n}\n`).join(''));
-      const updated = await tx.execute<Array<{ id: string }>>(
-        `with joined as (
-           select coalesce(string_agg(c.data, ''::bytea order by c."offset"), ''::bytea) || ?::bytea as out
-             from log_chunks c where c.log_entry_id = ?)
-         update log_entries e
-            set output = joined.out, output_bytes = length(joined.out),
-                status = ?, success = ?, exit_code = ?, signal = ?, finished_at = now()
-           from joined
-          where e.id = ? and e.finished_at is null
-          returning e.id`,
-        [suffix, entryId, status, status === 'success', exitCode, signal, entryId],
+      const open = await tx.execute<Array<{ id: string }>>(
+        'select id from log_entries where id = ? and finished_at is null for update',
+        [entryId],
       );
-      if (updated.length === 0) return;
-      await tx.execute('delete from log_chunks where log_entry_id = ?', [entryId]);
+      if (open.length === 0) return;
+      const [stored] = await tx.execute<Array<{ bytes: string | number }>>(
+        `select coalesce(max("offset" + length(data)), 0) as bytes from log_chunks where log_entry_id = ?`,
+        [entryId],
+      );
+      const end = Number(stored?.bytes ?? 0);
+      const suffix = Buffer.from(notes.map((n) => `\n[deckhand] ${n}\n`).join(''));
+      if (suffix.length > 0) {
+        await tx.execute(
+          `insert into log_chunks (log_entry_id, "offset", data, created_at) values (?, ?, ?, now())`,
+          [entryId, end, suffix],
+        );
+      }
+      await tx.execute(
+        `update log_entries
+            set output_bytes = ?, status = ?, success = ?, exit_code = ?, signal = ?, finished_at = now()
+          where id = ?`,
+        [end + suffix.length, status, status === 'success', exitCode, signal, entryId],
+      );
     });
   }
 
