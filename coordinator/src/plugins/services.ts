@@ -7,8 +7,9 @@ import type { Logger } from 'pino';
 import { AgentHub } from '../modules/agent/agent-hub.ts';
 import { AgentService } from '../modules/agent/agent.service.ts';
 import type { SecretBox } from '../modules/common/crypto.ts';
-import { type DeploymentEvents, InProcessDeploymentEvents } from '../modules/deployment/deployment-events.ts';
+import { type DeploymentEvents, SignalledDeploymentEvents } from '../modules/deployment/deployment-events.ts';
 import { DeploymentService } from '../modules/deployment/deployment.service.ts';
+import { ClusterSignals } from '../modules/cluster/cluster-signals.ts';
 import { JobDispatch } from '../modules/deployment/job-dispatch.ts';
 import { JobService } from '../modules/deployment/job.service.ts';
 import { Scheduler } from '../modules/deployment/scheduler.ts';
@@ -26,6 +27,8 @@ export interface Services {
   dispatch: JobDispatch;
   pool: pg.Pool;
   events: DeploymentEvents;
+  /** LISTEN/NOTIFY between the coordinator processes sharing the database. */
+  signals: ClusterSignals;
   jobs: JobService;
   hub: AgentHub;
   scheduler: Scheduler;
@@ -68,7 +71,14 @@ export function createServices(o: ServiceOptions): Services {
   const users = new UserService(o.orm, o.registration, o.sessionTtlMs);
   const projects = new ProjectService(o.orm, o.box, (id) => `${o.publicUrl()}/webhook/${id}`);
   const agents = new AgentService(o.orm, 3 * o.agentHeartbeatMs);
-  const events = new InProcessDeploymentEvents();
+  // Several coordinator processes may share the database: what one does, the others hear of at
+  // once (they also poll, so a lost signal only delays).
+  const signals = new ClusterSignals({
+    connectionString: o.orm.config.get('clientUrl') as string,
+    processId: o.processId,
+    log: o.log.child({ component: 'cluster-signals' }),
+  });
+  const events = new SignalledDeploymentEvents(signals);
   // Output ingest writes through a small plain pool of its own (see JobService.outputs).
   const pool = new pg.Pool({ connectionString: o.orm.config.get('clientUrl'), max: 4 });
   pool.on('error', (err) => o.log.warn({ err }, 'output ingest database connection error'));
@@ -91,7 +101,7 @@ export function createServices(o: ServiceOptions): Services {
     heartbeatMs: o.agentHeartbeatMs,
     leaseMs: o.agentLeaseMs,
     abandonAfterMs: o.agentLeaseMs + o.agentAbandonGraceMs,
-    onAgentOnline: () => scheduler.nudge(),
+    onAgentOnline: () => queueMoved(),
     log: o.log.child({ component: 'agent-hub' }),
   });
   const scheduler: Scheduler = new Scheduler({
@@ -101,15 +111,39 @@ export function createServices(o: ServiceOptions): Services {
     agents,
     projects,
     events,
-    dispatch: () => hub.dispatch(),
+    dispatch: async () => {
+      await hub.dispatch();
+      // The agent may be connected to another process.
+      signals.publish('jobs');
+    },
     log: o.log.child({ component: 'scheduler' }),
     intervalMs: o.schedulerIntervalMs,
   });
-  agents.onRevoked = (id) => hub.revoke(id);
-  jobs.onDeploymentFinished = () => scheduler.nudge();
-  jobs.onCancelRequested = () =>
+  /** Something may start now: here, and on every other process (another may hold the agent). */
+  const queueMoved = () => {
+    scheduler.nudge();
+    signals.publish('queue');
+  };
+  const sendCancels = () => {
     void hub.sendCancels().catch((err) => o.log.error({ err }, 'could not send cancels'));
-  const deployments = new DeploymentService(o.orm, agents, events, jobs, () => scheduler.nudge());
+  };
+  agents.onRevoked = (id) => {
+    hub.revoke(id);
+    signals.publish('revoked', id);
+  };
+  jobs.onDeploymentFinished = () => queueMoved();
+  jobs.onCancelRequested = () => {
+    sendCancels();
+    signals.publish('cancels');
+  };
+  // What the other processes signal (each handler acts here only: no echo).
+  signals.on('queue', () => scheduler.nudge());
+  signals.on('jobs', () => void hub.dispatch().catch((err) => o.log.error({ err }, 'could not send jobs')));
+  signals.on('cancels', () => sendCancels());
+  signals.on('revoked', (ids) => {
+    for (const id of ids) hub.revoke(id);
+  });
+  const deployments = new DeploymentService(o.orm, agents, events, jobs, () => queueMoved());
   const webhooks = new WebhookService(o.orm, projects, deployments);
   return {
     orm: o.orm,
@@ -132,6 +166,7 @@ export function createServices(o: ServiceOptions): Services {
       ...o.notify,
     }),
     events,
+    signals,
     jobs,
     hub,
     scheduler,
@@ -143,6 +178,7 @@ export default fp(
     app.decorate('services', services);
     // Background work runs while the app serves, and stops before the database closes.
     app.addHook('onReady', async () => {
+      await services.signals.start();
       const inFlight = await services.jobs.reconcileInFlight();
       if (inFlight)
         app.log.info({ jobs: inFlight }, 'jobs in flight at start-up: waiting for their agents to reconnect');
@@ -161,6 +197,7 @@ export default fp(
       await timed('scheduler', () => services.scheduler.stop());
       await timed('notifier', () => services.notifier.stop());
       await timed('hub', () => services.hub.stop());
+      await timed('signals', () => services.signals.stop());
       await timed('pool', () => services.pool.end());
       app.log.info({ tookMs: took }, 'background work stopped');
     });
