@@ -35,6 +35,7 @@ import healthRoutes from './routes/health.ts';
 import pageRoutes from './routes/pages.ts';
 import projectHookRoutes from './routes/project-hooks.ts';
 import projectRoutes from './routes/projects.ts';
+import sshHostKeyRoutes from './routes/ssh-host-key.ts';
 import tokenRoutes from './routes/tokens.ts';
 import webhookRoutes from './routes/webhook.ts';
 
@@ -176,6 +177,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(healthRoutes);
   await app.register(accountRoutes, { rateLimit: config.loginRateLimit });
   await app.register(projectRoutes);
+  await app.register(sshHostKeyRoutes);
   await app.register(agentRoutes);
   await app.register(deploymentRoutes);
   await app.register(deploymentEventRoutes);

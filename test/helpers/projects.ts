@@ -1,5 +1,6 @@
 // Projects for the suites: the secrets `sampleProject()` carries, an SSH target's key material, and
 // what the coordinator stores for them.
+import ssh2 from 'ssh2';
 import { expect } from 'vitest';
 import { deriveKey, SecretBox } from '../../coordinator/src/modules/common/crypto.ts';
 import type { Client, HttpResponse, TestCoordinator } from './coordinator.ts';
@@ -8,16 +9,12 @@ import { sql } from './sql.ts';
 /** The secret value `sampleProject()` stores under API_KEY. */
 export const SECRET_VALUE = 'sk-live-very-secret';
 
-/** A (fake) SSH host key fingerprint and private key for SSH targets. */
+/** A (fake) SSH host key fingerprint and a throw-away private key for SSH targets. */
 export const FINGERPRINT = `SHA256:${'nThbg6kXUpJWGl7E1IGOCspRomTxdCARLviKw6E5SY8'}`;
-export const PRIVATE_KEY = [
-  '-----BEGIN OPENSSH PRIVATE KEY-----',
-  'b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW',
-  'QyNTUxOQAAACBmYWtlLWtleS1mb3ItdGVzdHMtb25seS1ub3QtcmVhbAAAAJjRk2Vm0ZNl',
-  '-----END OPENSSH PRIVATE KEY-----',
-].join('\n');
+// A real key: the coordinator refuses one it could not log in with.
+export const PRIVATE_KEY = ssh2.utils.generateKeyPairSync('ed25519', { comment: 'deckhand-test' }).private;
 /** A line of the private key's body, to look for in answers and rows. */
-export const PRIVATE_KEY_BODY_LINE = 'QyNTUxOQAAACBmYWtlLWtleS1mb3ItdGVzdHMtb25seS1ub3QtcmVhbAAAAJjRk2Vm0ZNl';
+export const PRIVATE_KEY_BODY_LINE = PRIVATE_KEY.split('\n')[2]!;
 
 export function patch(client: Client, path: string, json: unknown) {
   return client.request('PATCH', path, { json });

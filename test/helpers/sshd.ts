@@ -30,6 +30,8 @@ export interface SshdOptions {
   authorizedKeys: string[];
   /** The sshd binary; tests need not set it. */
   sshdPath?: string;
+  /** More sshd_config lines (e.g. `SetEnv NAME=value`). */
+  extraConfig?: string[];
 }
 
 /** Whether an SSH server answers on the port: it greets with its `SSH-2.0-…` banner. */
@@ -92,6 +94,7 @@ export async function startSshd(opts: SshdOptions): Promise<TestSshd> {
         'UsePAM no',
         'PermitRootLogin prohibit-password',
         'LogLevel VERBOSE',
+        ...(opts.extraConfig ?? []),
         '',
       ].join('\n'),
       { mode: 0o600 },

@@ -17,6 +17,7 @@ import type { Mailer } from '../modules/mail/mailer.ts';
 import { NotificationService } from '../modules/notification/notification.service.ts';
 import { NotificationWorker } from '../modules/notification/notification.worker.ts';
 import { ProjectService } from '../modules/project/project.service.ts';
+import { SSH_DEFAULTS, SshRunner } from '../modules/ssh/ssh-runner.ts';
 import { ApiTokenService } from '../modules/token/api-token.service.ts';
 import { type RegistrationPolicy, UserService } from '../modules/user/user.service.ts';
 import { WebhookService } from '../modules/webhook/webhook.service.ts';
@@ -32,6 +33,8 @@ export interface Services {
   jobs: JobService;
   hub: AgentHub;
   scheduler: Scheduler;
+  /** Runs the jobs of SSH targets in this process. */
+  ssh: SshRunner;
   users: UserService;
   projects: ProjectService;
   agents: AgentService;
@@ -104,6 +107,15 @@ export function createServices(o: ServiceOptions): Services {
     onAgentOnline: () => queueMoved(),
     log: o.log.child({ component: 'agent-hub' }),
   });
+  const ssh = new SshRunner({
+    orm: o.orm,
+    jobs,
+    dispatch,
+    projects,
+    leaseMs: o.agentLeaseMs,
+    log: o.log.child({ component: 'ssh-runner' }),
+    ...SSH_DEFAULTS,
+  });
   const scheduler: Scheduler = new Scheduler({
     orm: o.orm,
     jobs,
@@ -113,6 +125,7 @@ export function createServices(o: ServiceOptions): Services {
     events,
     dispatch: async () => {
       await hub.dispatch();
+      await ssh.dispatch();
       // The agent may be connected to another process.
       signals.publish('jobs');
     },
@@ -126,6 +139,7 @@ export function createServices(o: ServiceOptions): Services {
   };
   const sendCancels = () => {
     void hub.sendCancels().catch((err) => o.log.error({ err }, 'could not send cancels'));
+    void ssh.checkCancels().catch((err) => o.log.error({ err }, 'could not stop SSH jobs'));
   };
   agents.onRevoked = (id) => {
     hub.revoke(id);
@@ -170,6 +184,7 @@ export function createServices(o: ServiceOptions): Services {
     jobs,
     hub,
     scheduler,
+    ssh,
   };
 }
 
@@ -184,6 +199,7 @@ export default fp(
         app.log.info({ jobs: inFlight }, 'jobs in flight at start-up: waiting for their agents to reconnect');
       services.hub.start();
       services.scheduler.start();
+      services.ssh.start();
       services.notifier.start();
     });
     app.addHook('preClose', async () => {
@@ -195,6 +211,7 @@ export default fp(
         took[name] = Math.round(performance.now() - started);
       };
       await timed('scheduler', () => services.scheduler.stop());
+      await timed('ssh', () => services.ssh.stop());
       await timed('notifier', () => services.notifier.stop());
       await timed('hub', () => services.hub.stop());
       await timed('signals', () => services.signals.stop());

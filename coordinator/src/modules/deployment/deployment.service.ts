@@ -11,6 +11,7 @@ import { BadRequestError, ConflictError, NotFoundError } from '../common/errors.
 import { iso, isoOrNull } from '../common/schemas.ts';
 import type { IProject, ProjectPolicies } from '../project/project.entity.ts';
 import { isUuid, policiesOf } from '../project/project.service.ts';
+import { sshHostName } from '../ssh/ssh-session.ts';
 import type { DeploymentEvents } from './deployment-events.ts';
 import type { JobService } from './job.service.ts';
 import { Deployment, type DeploymentStatus, type IDeployment, type Trigger } from './deployment.entity.ts';
@@ -347,8 +348,8 @@ export class DeploymentService {
   async #waitingFor(project: IProject): Promise<{ hosts: string[]; reason: string }> {
     const target = project.target;
     if ('ssh' in target) {
-      const host = `${target.ssh.username}@${target.ssh.host}:${target.ssh.port}`;
-      return { hosts: [host], reason: `Waiting for ${host}: SSH targets are not run yet` };
+      const host = sshHostName(target.ssh);
+      return { hosts: [host], reason: `Waiting to be scheduled on ${host} (over SSH)` };
     }
     const agents = await this.#agents.matching(target.agents);
     if (agents.length === 0) {

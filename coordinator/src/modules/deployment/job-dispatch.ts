@@ -1,9 +1,11 @@
 // Sending jobs: claims the pending jobs of the agents a hub holds (marking them sent, their lease
 // started) and builds each `job.assign` from the deployment's snapshot — environment and secrets,
-// the deploy key for ssh remotes, timeouts, releases, and the values to mask.
+// the deploy key for ssh remotes, timeouts, releases, and the values to mask. Jobs on SSH targets
+// (no agent) are claimed the same way by the SSH runner of any coordinator process.
 import { type JobAssign, maskedValues } from '@deckhand/protocol';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { SecretBox } from '../common/crypto.ts';
+import type { SshTarget } from '../project/project.entity.ts';
 import type { ProjectService } from '../project/project.service.ts';
 import { DEPLOYMENT_COLUMNS, type DeploymentRow } from './job-plan.ts';
 import { uuidArray } from './job-plan.ts';
@@ -42,6 +44,37 @@ export class JobDispatch {
           [job.deployment_id],
         );
         if (d) result.push({ agentId: job.agent_id, assign: await this.#assignment(job.id, d) });
+      }
+      return result;
+    });
+  }
+
+  /**
+   * Claims pending jobs of deployments to SSH targets (they have no agent), marking them sent with
+   * their lease started, and builds their assignments as an agent would receive them.
+   */
+  async claimPendingSsh(limit = 20): Promise<Array<{ assign: JobAssign; ssh: SshTarget['ssh'] }>> {
+    return this.#o.orm.em.fork().transactional(async (em) => {
+      const jobs = await em.execute<Array<{ id: string; deployment_id: string }>>(
+        `update deployment_jobs set status = 'sent', sent_at = now(),
+                lease_expires_at = now() + ? * interval '1 millisecond'
+          where id in (select j.id from deployment_jobs j join deployments d on d.id = j.deployment_id
+                        where j.status = 'pending' and j.agent_id is null
+                          and d.snapshot->'target'->'ssh' is not null
+                        order by j.created_at limit ? for update of j skip locked)
+          returning id, deployment_id`,
+        [this.#o.leaseMs, limit],
+      );
+      const result: Array<{ assign: JobAssign; ssh: SshTarget['ssh'] }> = [];
+      for (const job of jobs) {
+        const [d] = await em.execute<DeploymentRow[]>(
+          `select ${DEPLOYMENT_COLUMNS} from deployments where id = ?`,
+          [job.deployment_id],
+        );
+        const target = d?.snapshot.target;
+        if (d && target && 'ssh' in target) {
+          result.push({ assign: await this.#assignment(job.id, d), ssh: target.ssh });
+        }
       }
       return result;
     });

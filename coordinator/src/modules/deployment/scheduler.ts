@@ -3,14 +3,15 @@
 // makes "one running per project" hold across coordinator replicas). A candidate starts when every
 // host of its target is online: its commit is fixed (resolved from the branch head if the trigger
 // named none), it turns `running`, and one pending job per host is created, which the agent hubs
-// send. Until then its `reason` names what it waits for. Claims use FOR UPDATE SKIP LOCKED, so
-// several replicas can run this loop against one database.
+// send (an SSH target's one job, with no agent, is the SSH runner's: ssh/ssh-runner.ts). Until
+// then its `reason` names what it waits for. Claims use FOR UPDATE SKIP LOCKED, so several replicas
+// can run this loop against one database.
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { UniqueConstraintViolationException } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
-import type { IAgent } from '../agent/agent.entity.ts';
 import type { AgentService } from '../agent/agent.service.ts';
 import type { ProjectService } from '../project/project.service.ts';
+import { sshHostName } from '../ssh/ssh-session.ts';
 import { resolveBranchHead } from './commit-resolver.ts';
 import type { DeploymentSnapshot } from './deployment.entity.ts';
 import type { DeploymentEvents } from './deployment-events.ts';
@@ -159,10 +160,18 @@ export class Scheduler {
   async #tryStart(c: Candidate): Promise<boolean> {
     const target = c.snapshot.target;
     if ('ssh' in target) {
-      return this.#wait(
-        c,
-        `Waiting for ${target.ssh.username}@${target.ssh.host}: SSH targets are not run yet`,
-      );
+      // Nothing to wait for: the SSH runner connects when it runs the job, and a host it cannot
+      // reach (or whose key does not match) fails the deployment with the reason.
+      let commit = c.commit;
+      if (!commit) {
+        try {
+          commit = await this.#resolve(c);
+        } catch (err) {
+          await this.#fail(c, (err as Error).message);
+          return false;
+        }
+      }
+      return this.#claim(c, commit, [{ agentId: null, name: sshHostName(target.ssh) }]);
     }
     const agents = await this.#o.agents.matching(target.agents);
     if (agents.length === 0) {
@@ -188,7 +197,11 @@ export class Scheduler {
         return false;
       }
     }
-    return this.#claim(c, commit, agents);
+    return this.#claim(
+      c,
+      commit,
+      agents.map((a) => ({ agentId: a.id, name: a.name })),
+    );
   }
 
   async #resolve(c: Candidate): Promise<string> {
@@ -203,8 +216,13 @@ export class Scheduler {
     });
   }
 
-  async #claim(c: Candidate, commit: string, agents: IAgent[]): Promise<boolean> {
-    const hosts = agents.map((a) => a.name);
+  /** Starts the deployment with one job per host: an agent's, or (agentId null) the SSH runner's. */
+  async #claim(
+    c: Candidate,
+    commit: string,
+    targets: Array<{ agentId: string | null; name: string }>,
+  ): Promise<boolean> {
+    const hosts = targets.map((t) => t.name);
     try {
       const claimed = await this.#o.orm.em.fork().transactional(async (em) => {
         const locked = await em.execute<Array<{ id: string }>>(
@@ -219,12 +237,12 @@ export class Scheduler {
             where id = ?`,
           [commit, JSON.stringify(hosts), `Running on ${hosts.join(', ')}`, seconds, c.id],
         );
-        for (const agent of agents) {
+        for (const t of targets) {
           await em.execute(
             // The lease starts now: an agent that goes away before it gets the job loses it too.
             `insert into deployment_jobs (id, created_at, deployment_id, agent_id, host, status, lease_expires_at)
              values (gen_random_uuid(), now(), ?, ?, ?, 'pending', now() + ? * interval '1 millisecond')`,
-            [c.id, agent.id, agent.name, this.#o.leaseMs],
+            [c.id, t.agentId, t.name, this.#o.leaseMs],
           );
         }
         return true;

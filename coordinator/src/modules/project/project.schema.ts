@@ -50,14 +50,27 @@ export const AgentTargetSchema = Type.Object(
   },
   { additionalProperties: false },
 );
+// A host name or address (IPv6 in brackets or bare); never starting with "-".
+export const SshHost = Type.String({
+  minLength: 1,
+  maxLength: 255,
+  pattern: '^[A-Za-z0-9.:_\\[][A-Za-z0-9.:_\\[\\]-]*$',
+});
+export const SshPort = Type.Integer({ minimum: 1, maximum: 65535 });
 export const SshTargetInput = Type.Object(
   {
     ssh: Type.Object(
       {
-        host: Type.String({ minLength: 1, maxLength: 255, pattern: '^[A-Za-z0-9.:_\\[\\]-]+$' }),
-        port: Type.Optional(Type.Integer({ minimum: 1, maximum: 65535 })),
-        username: Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9._-]+$' }),
-        private_key: Type.Optional(Type.String({ minLength: 1, maxLength: 16_384 })),
+        host: SshHost,
+        port: Type.Optional(SshPort),
+        username: Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9._][A-Za-z0-9._-]*$' }),
+        private_key: Type.Optional(
+          Type.String({
+            minLength: 1,
+            maxLength: 16_384,
+            description: 'OpenSSH or PEM, without passphrase; write-only',
+          }),
+        ),
         host_key_fingerprint: Fingerprint,
       },
       { additionalProperties: false },

@@ -108,6 +108,28 @@ function checkForgeRepository(forgeUrl: string): void {
   }
 }
 
+/**
+ * An SSH target's key must be one ssh2 can log in with, unencrypted (Deckhand has nowhere to keep
+ * a passphrase). The message never quotes the key.
+ */
+function checkSshPrivateKey(text: string): void {
+  if (/ENCRYPTED|Proc-Type: 4,ENCRYPTED/.test(text)) {
+    throw new BadRequestError('target.ssh.private_key must not be protected by a passphrase');
+  }
+  const parsed = sshUtils.parseKey(text);
+  const key = Array.isArray(parsed) ? parsed[0] : parsed;
+  if (!key || key instanceof Error) {
+    const why =
+      key instanceof Error && /passphrase|encrypted/i.test(key.message)
+        ? ': it is protected by a passphrase'
+        : '';
+    throw new BadRequestError(`target.ssh.private_key is not a private key in OpenSSH or PEM format${why}`);
+  }
+  if (!key.isPrivateKey()) {
+    throw new BadRequestError('target.ssh.private_key is a public key: give the private half');
+  }
+}
+
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export const isUuid = (v: unknown): v is string => typeof v === 'string' && UUID.test(v);
 
@@ -326,6 +348,12 @@ export class ProjectService {
     return project;
   }
 
+  /** The private key of the project's SSH target, decrypted for the connection that needs it (null: none). */
+  async sshPrivateKey(projectId: string): Promise<string | null> {
+    const project = isUuid(projectId) ? await this.#orm.em.fork().findOne(Project, { id: projectId }) : null;
+    return project?.sshPrivateKeyEncrypted ? this.#box.decrypt(project.sshPrivateKeyEncrypted) : null;
+  }
+
   /** The forge token for commit statuses, decrypted for the one request that needs it. */
   commitStatusToken(project: IProject): string | null {
     return project.commitStatusTokenEncrypted ? this.#box.decrypt(project.commitStatusTokenEncrypted) : null;
@@ -369,6 +397,7 @@ export class ProjectService {
     if ('agents' in input) return { target: input as Target, privateKeyEncrypted: null };
     const { private_key, ...ssh } = input.ssh;
     if (!private_key && !existingKey) throw new BadRequestError('target.ssh.private_key is required');
+    if (private_key) checkSshPrivateKey(private_key);
     return {
       target: { ssh: { ...ssh, port: ssh.port ?? 22 } },
       privateKeyEncrypted: private_key ? this.#box.encrypt(private_key) : existingKey,
