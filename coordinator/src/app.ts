@@ -16,6 +16,7 @@ import type { Logger } from 'pino';
 import { type Config, isLoopbackHost } from './config.ts';
 import { AgentWebSocket } from './modules/agent/agent-websocket.ts';
 import { deriveKey, SecretBox } from './modules/common/crypto.ts';
+import { pgRateLimitStore } from './modules/rate-limit/pg-rate-limit-store.ts';
 import { Mailer, type SmtpSettings, smtpSettingsFromEnv } from './modules/mail/mailer.ts';
 import auth from './plugins/auth.ts';
 import bodyParsers from './plugins/body-parsers.ts';
@@ -113,7 +114,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       { name: 'secure-session-setup' },
     ),
   );
-  await app.register(rateLimit, { global: false });
+  // Counted in PostgreSQL, so a limit holds across every coordinator process.
+  await app.register(rateLimit, { global: false, store: pgRateLimitStore(deps.orm), skipOnError: true });
   // Frames past MAX_FRAME_BYTES still reach the codec (answered TOO_LARGE); far larger ones are cut by ws.
   await app.register(websocket, {
     options: { maxPayload: 2 * MAX_FRAME_BYTES, WebSocket: AgentWebSocket as unknown as WebSocketClass },

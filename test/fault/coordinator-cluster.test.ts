@@ -5,7 +5,8 @@
 // - a viewer on A sees, live, the output the agent sends to B;
 // - a cancel asked through A reaches the agent on B;
 // - the next queued deployment starts at once when the one before it ends on the other process;
-// - an agent revoked through A is disconnected from B.
+// - an agent revoked through A is disconnected from B;
+// - the login rate limit counts the attempts made on both (PostgreSQL-backed store).
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '../helpers/coordinator.ts';
@@ -33,6 +34,7 @@ beforeAll(async () => {
     AGENT_HEARTBEAT_MS: '30000',
     AGENT_LEASE_MS: '120000',
     SCHEDULER_INTERVAL_MS: '60000',
+    LOGIN_RATE_LIMIT: '6',
   };
   a = await launchCoordinator(env);
   b = await launchCoordinator(env);
@@ -147,6 +149,18 @@ describe('two coordinator processes signalling over LISTEN/NOTIFY', () => {
     const closed = await Promise.race([raw.closed, sleep(SIGNAL_MS).then(() => null)]);
     expect(closed, `still open ${Date.now() - started} ms after the revoke`).not.toBeNull();
     expect(closed!.code).toBe(CloseCode.UNAUTHORIZED);
+  }, 30_000);
+
+  it('counts login attempts on both processes against one limit', async () => {
+    const attempt = (replica: CoordinatorProcess) =>
+      new Client(replica.url).post('/login', { email: 'nobody@example.com', password: 'wrong password' });
+    const statuses: number[] = [];
+    for (let i = 0; i < 6; i++) statuses.push((await attempt(i % 2 === 0 ? a : b)).status);
+    expect(statuses).toEqual([401, 401, 401, 401, 401, 401]);
+    // The 7th, whichever process it reaches, is over the limit of 6 per window.
+    const seventh = await attempt(b);
+    expect(seventh.status, seventh.text).toBe(429);
+    expect((await attempt(a)).status).toBe(429);
   }, 30_000);
 
   it('listens again after its listening connection is cut, and signals flow as before', async () => {

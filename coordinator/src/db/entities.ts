@@ -9,6 +9,7 @@ import {
   ProjectHook,
 } from '../modules/notification/notification.entity.ts';
 import { Project } from '../modules/project/project.entity.ts';
+import { RateLimitHit } from '../modules/rate-limit/rate-limit-hit.entity.ts';
 import { ApiToken } from '../modules/token/api-token.entity.ts';
 import { Session, User } from '../modules/user/user.entity.ts';
 import { WebhookDelivery } from '../modules/webhook/webhook-delivery.entity.ts';
@@ -29,4 +30,5 @@ export const entities = [
   DeploymentNotice,
   NotificationDelivery,
   NotificationAttempt,
+  RateLimitHit,
 ];

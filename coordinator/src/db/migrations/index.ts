@@ -5,6 +5,7 @@ import { Migration20261122010514_reliability } from './Migration20261122010514_r
 import { Migration20261122013714_api_tokens } from './Migration20261122013714_api_tokens.ts';
 import { Migration20261122014059_forges } from './Migration20261122014059_forges.ts';
 import { Migration20261122031541_notifications } from './Migration20261122031541_notifications.ts';
+import { Migration20261122040000_rate_limits } from './Migration20261122040000_rate_limits.ts';
 
 export const migrations = [
   { name: 'Migration20261122002648_initial', class: Migration20261122002648_initial },
@@ -13,4 +14,5 @@ export const migrations = [
   { name: 'Migration20261122013714_api_tokens', class: Migration20261122013714_api_tokens },
   { name: 'Migration20261122014059_forges', class: Migration20261122014059_forges },
   { name: 'Migration20261122031541_notifications', class: Migration20261122031541_notifications },
+  { name: 'Migration20261122040000_rate_limits', class: Migration20261122040000_rate_limits },
 ];
