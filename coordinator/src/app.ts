@@ -33,6 +33,7 @@ import deliveryRoutes from './routes/deliveries.ts';
 import deploymentRoutes from './routes/deployments.ts';
 import emailRoutes from './routes/email.ts';
 import healthRoutes from './routes/health.ts';
+import metricsRoutes from './routes/metrics.ts';
 import pageRoutes from './routes/pages.ts';
 import projectHookRoutes from './routes/project-hooks.ts';
 import projectRoutes from './routes/projects.ts';
@@ -177,6 +178,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
 
   // Routes.
   await app.register(healthRoutes);
+  await app.register(metricsRoutes, { token: config.metricsToken });
   await app.register(accountRoutes, { rateLimit: config.loginRateLimit });
   await app.register(projectRoutes);
   await app.register(sshHostKeyRoutes);

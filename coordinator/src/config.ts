@@ -33,6 +33,7 @@ export const EnvSchema = Type.Object({
   BODY_LIMIT_BYTES: Type.Integer({ default: 1024 * 1024, minimum: 1024 }),
   WEBHOOK_BODY_LIMIT_BYTES: Type.Integer({ default: 25 * 1024 * 1024, minimum: 1024 }),
   NOTIFY_INTERVAL_MS: Type.Integer({ default: 2_000, minimum: 50 }),
+  METRICS_TOKEN: Type.Optional(Type.String({ minLength: 16 })),
   NOTIFY_RETRY_ATTEMPTS: Type.Integer({ default: 6, minimum: 1, maximum: 20 }),
   NOTIFY_RETRY_BASE_MS: Type.Integer({ default: 60_000, minimum: 10 }),
   SMTP_URL: Type.Optional(Type.String({ pattern: '^smtps?://' })),
@@ -72,6 +73,8 @@ export interface Config {
   schedulerIntervalMs: number;
   /** Notifications (mail, outgoing webhooks, commit statuses): poll interval and retries. */
   notify: { intervalMs: number; retryAttempts: number; retryBaseMs: number };
+  /** GET /metrics: with a token, for whoever holds it; without, for loopback clients only. */
+  metricsToken: string | undefined;
   smtp: {
     url?: string;
     host?: string;
@@ -96,7 +99,14 @@ function parseTrustProxy(raw: string): TrustProxy {
     .filter(Boolean);
 }
 
-const SECRET_KEYS = new Set(['DECKHAND_SECRET', 'SMTP_PASSWORD', 'SMTP_URL', 'DATABASE_URL', 'SETUP_TOKEN']);
+const SECRET_KEYS = new Set([
+  'DECKHAND_SECRET',
+  'SMTP_PASSWORD',
+  'SMTP_URL',
+  'DATABASE_URL',
+  'SETUP_TOKEN',
+  'METRICS_TOKEN',
+]);
 
 /** Parses the environment; throws ConfigError naming every bad variable (never its secret value). */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
@@ -139,6 +149,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     outputLimitBytes: e.OUTPUT_LIMIT_BYTES,
     schedulerIntervalMs: e.SCHEDULER_INTERVAL_MS,
     webhookBodyLimit: e.WEBHOOK_BODY_LIMIT_BYTES,
+    metricsToken: e.METRICS_TOKEN,
     notify: {
       intervalMs: e.NOTIFY_INTERVAL_MS,
       retryAttempts: e.NOTIFY_RETRY_ATTEMPTS,

@@ -10,6 +10,7 @@ import type { SecretBox } from '../modules/common/crypto.ts';
 import { type DeploymentEvents, SignalledDeploymentEvents } from '../modules/deployment/deployment-events.ts';
 import { DeploymentService } from '../modules/deployment/deployment.service.ts';
 import { ClusterSignals } from '../modules/cluster/cluster-signals.ts';
+import { Metrics } from '../modules/metrics/metrics.ts';
 import { JobDispatch } from '../modules/deployment/job-dispatch.ts';
 import { JobService } from '../modules/deployment/job.service.ts';
 import { Scheduler } from '../modules/deployment/scheduler.ts';
@@ -30,6 +31,8 @@ export interface Services {
   events: DeploymentEvents;
   /** LISTEN/NOTIFY between the coordinator processes sharing the database. */
   signals: ClusterSignals;
+  /** GET /metrics. */
+  metrics: Metrics;
   jobs: JobService;
   hub: AgentHub;
   scheduler: Scheduler;
@@ -145,7 +148,17 @@ export function createServices(o: ServiceOptions): Services {
     hub.revoke(id);
     signals.publish('revoked', id);
   };
-  jobs.onDeploymentFinished = () => queueMoved();
+  const metrics = new Metrics({
+    orm: o.orm,
+    pool,
+    connections: () => hub.connectedAgentIds().length,
+    onlineWindowMs: 3 * o.agentHeartbeatMs,
+  });
+  jobs.onOutputStored = (bytes) => metrics.logBytes.inc(bytes);
+  jobs.onDeploymentFinished = (id) => {
+    queueMoved();
+    void metrics.deploymentFinished(o.orm, id).catch(() => undefined);
+  };
   jobs.onCancelRequested = () => {
     sendCancels();
     signals.publish('cancels');
@@ -181,6 +194,7 @@ export function createServices(o: ServiceOptions): Services {
     }),
     events,
     signals,
+    metrics,
     jobs,
     hub,
     scheduler,

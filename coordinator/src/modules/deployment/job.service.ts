@@ -69,6 +69,8 @@ export class JobService {
   onDeploymentFinished: (deploymentId: string) => void = () => {};
   /** Called when a cancel was asked for, so the hubs send `job.cancel` to the agents. */
   onCancelRequested: () => void = () => {};
+  /** Bytes of output stored (for the metrics). */
+  onOutputStored: (bytes: number) => void = () => {};
   // Per (job, step) still receiving output: where its entry is and how far its output got.
   // Rebuilt from the database on first use, so any coordinator process can take over an agent.
   readonly #entries = new Map<string, EntryState>();
@@ -364,6 +366,7 @@ export class JobService {
            on conflict (log_entry_id, "offset") do nothing`,
           rows.flat(),
         );
+        this.onOutputStored(rows.reduce((n, [, , data]) => n + data.length, 0));
       }
     } catch (err) {
       // What is in memory may be ahead of what was stored: read it from the database next time.
