@@ -1,5 +1,6 @@
 // A TCP proxy the test controls, to cut the network between an agent and the coordinator:
-// `cut()` destroys every connection through it and refuses new ones until `restore()`.
+// `cut()` destroys every connection through it and refuses new ones until `restore()`;
+// `retarget(port)` sends new connections elsewhere, as a load balancer moving to another backend.
 import { createServer, type Server, type Socket, connect } from 'node:net';
 
 export interface TcpProxy {
@@ -7,18 +8,20 @@ export interface TcpProxy {
   url: string;
   cut(): void;
   restore(): void;
+  retarget(port: number): void;
   close(): Promise<void>;
 }
 
 export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpProxy> {
   const sockets = new Set<Socket>();
   let open = true;
+  let target = targetPort;
   const server: Server = createServer((client) => {
     if (!open) {
       client.destroy();
       return;
     }
-    const upstream = connect(targetPort, targetHost);
+    const upstream = connect(target, targetHost);
     sockets.add(client).add(upstream);
     const drop = () => {
       client.destroy();
@@ -44,6 +47,9 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
     },
     restore() {
       open = true;
+    },
+    retarget(port: number) {
+      target = port;
     },
     async close() {
       open = false;
