@@ -26,6 +26,7 @@ import services, { createServices } from './plugins/services.ts';
 import { installValidators } from './plugins/validation.ts';
 import accountRoutes from './routes/accounts.ts';
 import agentSocketRoutes from './routes/agent-socket.ts';
+import auditRoutes from './routes/audit.ts';
 import assetRoutes from './routes/assets.ts';
 import deploymentEventRoutes from './routes/deployment-events.ts';
 import agentRoutes from './routes/agents.ts';
@@ -38,6 +39,7 @@ import pageRoutes from './routes/pages.ts';
 import projectHookRoutes from './routes/project-hooks.ts';
 import projectRoutes from './routes/projects.ts';
 import sshHostKeyRoutes from './routes/ssh-host-key.ts';
+import agentDownloadRoutes from './routes/agent-download.ts';
 import tokenRoutes from './routes/tokens.ts';
 import webhookRoutes from './routes/webhook.ts';
 
@@ -167,6 +169,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       outputLimitBytes: config.outputLimitBytes,
       schedulerIntervalMs: config.schedulerIntervalMs,
       notify: config.notify,
+      retention: config.retention,
     }),
   );
   await app.register(auth, { publicOrigin: config.publicUrl ? new URL(config.publicUrl).origin : null });
@@ -183,11 +186,13 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(projectRoutes);
   await app.register(sshHostKeyRoutes);
   await app.register(agentRoutes);
+  await app.register(agentDownloadRoutes);
   await app.register(deploymentRoutes);
   await app.register(deploymentEventRoutes);
   await app.register(agentSocketRoutes);
   await app.register(emailRoutes);
   await app.register(tokenRoutes);
+  await app.register(auditRoutes);
   await app.register(deliveryRoutes);
   await app.register(projectHookRoutes);
   await app.register(webhookRoutes, { bodyLimit: config.webhookBodyLimit });

@@ -34,6 +34,8 @@ export const EnvSchema = Type.Object({
   WEBHOOK_BODY_LIMIT_BYTES: Type.Integer({ default: 25 * 1024 * 1024, minimum: 1024 }),
   NOTIFY_INTERVAL_MS: Type.Integer({ default: 2_000, minimum: 50 }),
   METRICS_TOKEN: Type.Optional(Type.String({ minLength: 16 })),
+  RETENTION_DAYS: Type.Integer({ default: 0, minimum: 0, maximum: 36_500 }),
+  RETENTION_INTERVAL_MS: Type.Integer({ default: 3_600_000, minimum: 1_000 }),
   NOTIFY_RETRY_ATTEMPTS: Type.Integer({ default: 6, minimum: 1, maximum: 20 }),
   NOTIFY_RETRY_BASE_MS: Type.Integer({ default: 60_000, minimum: 10 }),
   SMTP_URL: Type.Optional(Type.String({ pattern: '^smtps?://' })),
@@ -75,6 +77,8 @@ export interface Config {
   notify: { intervalMs: number; retryAttempts: number; retryBaseMs: number };
   /** GET /metrics: with a token, for whoever holds it; without, for loopback clients only. */
   metricsToken: string | undefined;
+  /** Finished deployments older than `days` (0: keep) are pruned every `intervalMs`. */
+  retention: { days: number; intervalMs: number };
   smtp: {
     url?: string;
     host?: string;
@@ -150,6 +154,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     schedulerIntervalMs: e.SCHEDULER_INTERVAL_MS,
     webhookBodyLimit: e.WEBHOOK_BODY_LIMIT_BYTES,
     metricsToken: e.METRICS_TOKEN,
+    retention: { days: e.RETENTION_DAYS, intervalMs: e.RETENTION_INTERVAL_MS },
     notify: {
       intervalMs: e.NOTIFY_INTERVAL_MS,
       retryAttempts: e.NOTIFY_RETRY_ATTEMPTS,

@@ -87,6 +87,8 @@ export default fp(
           checkSameOrigin(request, opts.publicOrigin);
         }
       }
+      // Recorded with whatever this actor changes (the audit log says from where).
+      if (request.actor) request.actor = { ...request.actor, ip: request.ip };
       const needed = config.auth ?? 'viewer';
       if (needed === 'public' || !request.routeOptions.url) return;
       if (!request.actor) {

@@ -10,6 +10,7 @@ import type { SecretBox } from '../modules/common/crypto.ts';
 import { type DeploymentEvents, SignalledDeploymentEvents } from '../modules/deployment/deployment-events.ts';
 import { DeploymentService } from '../modules/deployment/deployment.service.ts';
 import { ClusterSignals } from '../modules/cluster/cluster-signals.ts';
+import { Retention } from '../modules/deployment/retention.ts';
 import { Metrics } from '../modules/metrics/metrics.ts';
 import { JobDispatch } from '../modules/deployment/job-dispatch.ts';
 import { JobService } from '../modules/deployment/job.service.ts';
@@ -33,6 +34,8 @@ export interface Services {
   signals: ClusterSignals;
   /** GET /metrics. */
   metrics: Metrics;
+  /** Prunes deployments past their retention. */
+  retention: Retention;
   jobs: JobService;
   hub: AgentHub;
   scheduler: Scheduler;
@@ -71,6 +74,7 @@ export interface ServiceOptions {
   publicUrl: () => string;
   /** Notifications: poll interval and retries (config.notify). */
   notify: { intervalMs: number; retryAttempts: number; retryBaseMs: number };
+  retention: { days: number; intervalMs: number };
 }
 
 export function createServices(o: ServiceOptions): Services {
@@ -195,6 +199,7 @@ export function createServices(o: ServiceOptions): Services {
     events,
     signals,
     metrics,
+    retention: new Retention({ orm: o.orm, ...o.retention, log: o.log.child({ component: 'retention' }) }),
     jobs,
     hub,
     scheduler,
@@ -213,6 +218,7 @@ export default fp(
         app.log.info({ jobs: inFlight }, 'jobs in flight at start-up: waiting for their agents to reconnect');
       services.hub.start();
       services.scheduler.start();
+      services.retention.start();
       services.ssh.start();
       services.notifier.start();
     });
@@ -225,6 +231,7 @@ export default fp(
         took[name] = Math.round(performance.now() - started);
       };
       await timed('scheduler', () => services.scheduler.stop());
+      await timed('retention', () => services.retention.stop());
       await timed('ssh', () => services.ssh.stop());
       await timed('notifier', () => services.notifier.stop());
       await timed('hub', () => services.hub.stop());

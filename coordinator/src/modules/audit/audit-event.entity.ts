@@ -1,5 +1,7 @@
 // The audit log: who (user, API token, webhook delivery, agent, system) did what to which
-// resource, appended in the same transaction as the change itself.
+// resource, from where, appended in the same transaction as the change itself. It names what
+// changed, never secret values. `project_id` is kept without a foreign key: the record of a
+// deleted project's history stays.
 import { defineEntity, type InferEntity, p } from '@mikro-orm/core';
 import { baseProperties } from '../common/base.entity.ts';
 
@@ -17,6 +19,8 @@ export const AuditEvent = defineEntity({
     targetType: p.string().length(32).nullable(),
     targetId: p.string().length(64).nullable(),
     details: p.json<Record<string, unknown>>().nullable(),
+    ip: p.string().length(64).nullable(),
+    projectId: p.uuid().nullable().index(),
   },
 });
 export type IAuditEvent = InferEntity<typeof AuditEvent>;

@@ -11,6 +11,8 @@ export interface Actor {
   role: Role | null;
   /** The user behind a session or token. */
   userId: string | null;
+  /** Where the request came from (the client address, as TRUST_PROXY decides it), when known. */
+  ip?: string | null;
 }
 
 const RANK: Record<Role, number> = { viewer: 0, deployer: 1, admin: 2 };

@@ -227,7 +227,7 @@ export class DeploymentService {
     const reason = `Cancelled by ${actor.name}`;
     await em.transactional(async (tx) => {
       await this.#jobs.requestCancelIn(tx, d.id, 'cancelled', reason);
-      recordAudit(tx, actor, 'deployment.cancel', { type: 'deployment', id: d.id });
+      recordAudit(tx, actor, 'deployment.cancel', { type: 'deployment', id: d.id }, null, d.project.id);
     });
     await this.#jobs.afterCancelRequested(d.id);
     return this.toJson(await this.#orm.em.fork().findOneOrFail(Deployment, { id: d.id }));

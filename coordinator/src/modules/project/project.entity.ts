@@ -25,6 +25,8 @@ export interface ProjectPolicies {
   supersede_running: boolean;
   /** Build each deployment in its own release folder and switch `current` atomically. */
   releases: { keep: number; health_check: string | null } | null;
+  /** Finished deployments older than this many days are pruned; null: RETENTION_DAYS applies. */
+  retention_days: number | null;
 }
 
 export const DEFAULT_POLICIES: ProjectPolicies = {
@@ -32,6 +34,7 @@ export const DEFAULT_POLICIES: ProjectPolicies = {
   concurrency: 'queue',
   supersede_running: false,
   releases: null,
+  retention_days: null,
 };
 /** Who is mailed when a deployment ends, and for which outcomes (API names, snake_case). */
 export interface NotificationSettings {

@@ -103,6 +103,11 @@ export const PolicyFields = {
   ),
   concurrency: Type.Optional(Type.Enum(['queue', 'supersede'])),
   supersede_running: Type.Optional(Type.Boolean()),
+  retention_days: Type.Optional(
+    Type.Union([Type.Integer({ minimum: 1, maximum: 36_500 }), Type.Null()], {
+      description: 'Prune finished deployments older than this many days (null: the RETENTION_DAYS setting)',
+    }),
+  ),
   releases: Type.Optional(
     Type.Union([
       Type.Object(
@@ -204,6 +209,7 @@ export const ProjectJson = Type.Object({
   }),
   concurrency: Type.Enum(['queue', 'supersede']),
   supersede_running: Type.Boolean(),
+  retention_days: Type.Union([Type.Integer(), Type.Null()]),
   releases: Type.Union([
     Type.Object({ keep: Type.Integer(), health_check: Type.Union([Type.String(), Type.Null()]) }),
     Type.Null(),

@@ -40,6 +40,7 @@ export function policiesOf(project: { policies?: ProjectPolicies | null }): Proj
     concurrency: p.concurrency ?? 'queue',
     supersede_running: p.supersede_running ?? false,
     releases: p.releases ?? null,
+    retention_days: p.retention_days ?? null,
   };
 }
 
@@ -64,6 +65,7 @@ function mergePolicies(
     concurrency: input.concurrency ?? current.concurrency,
     supersede_running: input.supersede_running ?? current.supersede_running,
     releases,
+    retention_days: input.retention_days === undefined ? current.retention_days : input.retention_days,
   };
 }
 

@@ -106,6 +106,7 @@ export class WebhookService {
         'webhook.redeliver',
         { type: 'webhook_delivery', id: original.id },
         { status: result.status },
+        project.id,
       );
     });
     return result;
