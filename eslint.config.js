@@ -10,7 +10,7 @@ const boundary = (patterns) => ({
 });
 
 export default tseslint.config(
-  { ignores: ['**/node_modules/**', '.data/**', '.ci/.tools/**', 'coverage/**'] },
+  { ignores: ['**/node_modules/**', '.data/**', '.ci/.tools/**', 'coverage/**', 'dist/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -252,6 +252,7 @@ Usage:
   deckhand logs <deployment id> [--follow]
   deckhand cancel <deployment id>
   deckhand projects
+  deckhand agents install --host <host> --user <user> --name <name> [--labels a,b] (see 'deckhand agents --help')
   deckhand help [command]
 
 ${CONNECTION_HELP}

@@ -1,6 +1,7 @@
 // The commands. `run` takes the arguments and its surroundings (streams, environment, signals) and
 // returns the exit code, so tests can drive it; main.ts wires it to the process.
 import { readFileSync } from 'node:fs';
+import { agentsCommand } from './agents-install.ts';
 import { Api, type Deployment, type DeploymentDetail, networkMessage, type Project, sleep } from './api.ts';
 import { helpText, isUuid, type ParsedArgs, parseCommandLine, resolveConnection } from './args.ts';
 import { CliError, EXIT, exitCodeForStatus, isFinal, UsageError } from './exit-codes.ts';
@@ -40,6 +41,8 @@ export interface Io {
 
 export async function run(argv: string[], io: Io): Promise<number> {
   try {
+    // `agents install` has options of its own (agents-install.ts).
+    if (argv[0] === 'agents') return await agentsCommand(argv.slice(1), { ...io, stdin: process.stdin });
     const args = parseCommandLine(argv);
     if (args.version) {
       io.stdout.write(`deckhand ${VERSION}\n`);

@@ -1,0 +1,240 @@
+// `deckhand agents install` against a real OpenSSH server (this machine is the host): it refuses
+// a host key nobody confirmed, says when Node is too old, and otherwise uploads the agent as one
+// file (served by the coordinator, built on demand), registers it, starts it — no systemd here,
+// so with nohup — and waits until it is online; the installed agent then runs a deployment.
+import { execFile, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { utils as sshUtils } from 'ssh2';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AgentBundle } from '../../coordinator/src/modules/agent-bundle/agent-bundle.ts';
+import { type Client, signUp, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
+import { createTestRepo, type TestRepo } from '../helpers/git.ts';
+import { repoRoot } from '../helpers/processes.ts';
+import { startSshd, type TestSshd } from '../helpers/sshd.ts';
+
+const exec = promisify(execFile);
+
+let coordinator: TestCoordinator | undefined;
+let admin: Client;
+let apiToken: string;
+let sshd: TestSshd | undefined;
+let repo: TestRepo | undefined;
+let tmp: string;
+let keyFile: string;
+let fingerprint: string;
+/** Folders the installer put agents in (their pid files stop them after the tests). */
+const installed: string[] = [];
+
+function runInstall(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      DECKHAND_URL: coordinator!.url,
+      DECKHAND_TOKEN: apiToken,
+      CI: 'true',
+    };
+    delete env.SSH_AUTH_SOCK;
+    const child = spawn(process.execPath, ['cli/bin/deckhand.js', 'agents', 'install', ...args], {
+      cwd: repoRoot,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    child.on('exit', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+const baseArgs = (name: string, dir: string) => [
+  '--host',
+  '127.0.0.1',
+  '--port',
+  String(sshd!.port),
+  '--user',
+  sshd!.user,
+  '--key',
+  keyFile,
+  '--name',
+  name,
+  '--labels',
+  `installed,${name}`,
+  '--dir',
+  dir,
+  '--wait-seconds',
+  '30',
+];
+
+async function agents(): Promise<
+  Array<{ id: string; name: string; online: boolean; version: string | null; labels: string[] }>
+> {
+  const res = await admin.get('/agents');
+  expect(res.status).toBe(200);
+  return res.json.agents;
+}
+
+beforeAll(async () => {
+  tmp = await mkdtemp(join(tmpdir(), 'deckhand-install-'));
+  const pair = sshUtils.generateKeyPairSync('ed25519', { comment: 'deckhand-installer-test' });
+  keyFile = join(tmp, 'id_ed25519');
+  await writeFile(keyFile, pair.private, { mode: 0o600 });
+  sshd = await startSshd({ authorizedKeys: [pair.public] });
+  const pub = join(tmp, 'host.pub');
+  await writeFile(pub, `${sshd.hostKeyLine.split(' ').slice(1).join(' ')}\n`);
+  fingerprint = (await exec('ssh-keygen', ['-l', '-E', 'sha256', '-f', pub])).stdout.split(' ')[1]!;
+  coordinator = await startCoordinator({ SCHEDULER_INTERVAL_MS: '200', AGENT_HEARTBEAT_MS: '1000' });
+  ({ client: admin } = await signUp(coordinator.url));
+  const token = await admin.post('/tokens', { name: 'installer', scope: 'admin' });
+  expect(token.status, token.text).toBe(201);
+  apiToken = token.json.token;
+  repo = await createTestRepo();
+  await repo.commit({ 'app.txt': 'installed agent\n' }, 'first');
+});
+
+afterAll(async () => {
+  for (const dir of installed) {
+    const pidFile = join(dir, 'agent.pid');
+    if (existsSync(pidFile)) {
+      try {
+        process.kill(Number(readFileSync(pidFile, 'utf8').trim()), 'SIGTERM');
+      } catch {
+        // already gone
+      }
+    }
+  }
+  await new Promise((r) => setTimeout(r, 500));
+  await coordinator?.close();
+  await sshd?.stop();
+  await repo?.remove();
+  await rm(tmp, { recursive: true, force: true });
+}, 30_000);
+
+describe('the agent as one file', () => {
+  it('is built on demand when missing', async () => {
+    const file = join(tmp, 'built', 'deckhand-agent.js');
+    const bundle = await new AgentBundle(file).get();
+    expect(bundle.version).toBe(
+      JSON.parse(readFileSync(join(repoRoot, 'agent', 'package.json'), 'utf8')).version,
+    );
+    expect(readFileSync(file).equals(bundle.code)).toBe(true);
+  });
+
+  it('is served by GET /agent/download with its version, and runs alone', async () => {
+    const res = await fetch(`${coordinator!.url}/agent/download`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toBe('text/javascript; charset=utf-8');
+    const version = JSON.parse(readFileSync(join(repoRoot, 'agent', 'package.json'), 'utf8')).version;
+    expect(res.headers.get('x-deckhand-agent-version')).toBe(version);
+    const code = Buffer.from(await res.arrayBuffer());
+    expect(code.subarray(0, 60).toString()).toMatch(/^#!\/usr\/bin\/env node\n\/\/ deckhand-agent /);
+    const info = await (await fetch(`${coordinator!.url}/agent/version`)).json();
+    expect(info).toMatchObject({ success: true, version, protocol_version: expect.any(Number) });
+    // The file runs alone: no node_modules next to it.
+    const alone = join(tmp, 'alone.js');
+    await writeFile(alone, code);
+    const run = await exec(process.execPath, [alone, '--url', 'http://127.0.0.1:1'], { cwd: tmp }).catch(
+      (err: { code: number; stderr: string }) => err,
+    );
+    expect(run).toMatchObject({ code: 2, stderr: expect.stringContaining('Give the agent token') });
+  });
+});
+
+describe('deckhand agents install', () => {
+  it('refuses a host key nobody confirmed, and a wrong one, registering nothing', async () => {
+    const dir = join(tmp, 'unconfirmed');
+    const unconfirmed = await runInstall(baseArgs('unconfirmed', dir));
+    expect(unconfirmed.code, unconfirmed.stdout + unconfirmed.stderr).toBe(64);
+    expect(unconfirmed.stderr).toContain(
+      `The host key of ${sshd!.user}@127.0.0.1:${sshd!.port} is ${fingerprint} (ssh-ed25519), and it was not confirmed.`,
+    );
+    expect(unconfirmed.stderr).toContain(`--host-key-fingerprint ${fingerprint}`);
+    const wrong = `SHA256:${randomBytes(32).toString('base64').replace(/=+$/, '')}`;
+    const mismatch = await runInstall([...baseArgs('mismatch', dir), '--host-key-fingerprint', wrong]);
+    expect(mismatch.code).toBe(64);
+    expect(mismatch.stderr).toContain(
+      `it presented ${fingerprint} (ssh-ed25519), not ${wrong}. Nothing was sent.`,
+    );
+    expect(existsSync(dir)).toBe(false);
+    expect((await agents()).map((a) => a.name)).not.toContain('unconfirmed');
+  });
+
+  it('says how to get Node 22+ when the host has an older one, registering nothing', async () => {
+    const oldNode = join(tmp, 'old-node');
+    await writeFile(oldNode, '#!/bin/sh\necho v20.11.1\n', { mode: 0o755 });
+    const dir = join(tmp, 'old');
+    const res = await runInstall([
+      ...baseArgs('old-node', dir),
+      '--host-key-fingerprint',
+      fingerprint,
+      '--node',
+      oldNode,
+    ]);
+    expect(res.code, res.stdout + res.stderr).toBe(1);
+    expect(res.stderr).toContain(
+      `Node v20.11.1 at ${oldNode} on ${sshd!.user}@127.0.0.1:${sshd!.port} is too old: the agent needs Node 22+.`,
+    );
+    expect(res.stderr).toContain('https://deb.nodesource.com/setup_22.x');
+    expect((await agents()).map((a) => a.name)).not.toContain('old-node');
+    expect(existsSync(dir)).toBe(false);
+  });
+
+  it('installs a working agent that comes online and deploys', async () => {
+    const name = `inst-${randomBytes(3).toString('hex')}`;
+    const dir = join(tmp, name);
+    installed.push(dir);
+    const res = await runInstall([
+      ...baseArgs(name, dir),
+      '--host-key-fingerprint',
+      fingerprint,
+      '--node',
+      process.execPath,
+    ]);
+    expect(
+      res.code,
+      `${res.stdout}\n${res.stderr}\n${existsSync(join(dir, 'agent.log')) ? readFileSync(join(dir, 'agent.log'), 'utf8') : ''}`,
+    ).toBe(0);
+    expect(res.stdout).toContain(`Host key ${fingerprint} (ssh-ed25519) matches --host-key-fingerprint.`);
+    expect(res.stdout).toContain(`Registered agent ${name} (labels: installed, ${name}).`);
+    expect(res.stdout).toContain('with nohup');
+    expect(res.stdout).toContain(`Start it again with ${dir}/start.sh`);
+    expect(res.stdout).toMatch(new RegExp(`${name} is online \\(agent \\d+\\.\\d+\\.\\d+\\)\\.\\n$`));
+    // The token is in a file only its owner reads, never in the installer's output.
+    expect(statSync(join(dir, 'agent.env')).mode & 0o777).toBe(0o600);
+    expect(readFileSync(join(dir, 'agent.env'), 'utf8')).toMatch(/^DECKHAND_TOKEN=dha_/m);
+    expect(res.stdout + res.stderr).not.toMatch(/dha_/);
+    // One file, run by the given Node.
+    expect(readFileSync(join(dir, 'deckhand-agent.js'), 'utf8').split('\n')[1]).toMatch(
+      /^\/\/ deckhand-agent /,
+    );
+    const me = (await agents()).find((a) => a.name === name);
+    expect(me).toMatchObject({ online: true, labels: ['installed', name] });
+
+    // It really works: a deployment to its label runs on it.
+    const project = await admin.post('/projects', {
+      name: `via-${name}`,
+      forge_url: repo!.url,
+      commands: ['cat app.txt'],
+      target: { agents: { labels: [name] } },
+    });
+    expect(project.status, project.text).toBe(201);
+    const deploy = await admin.post('/deploy', { projectId: project.json.project.id });
+    let detail = await admin.get(`/deploy/${deploy.json.deployId}`);
+    const deadline = Date.now() + 30_000;
+    while (
+      !['success', 'failed', 'cancelled', 'timed_out'].includes(detail.json.deployment.status) &&
+      Date.now() < deadline
+    ) {
+      await new Promise((r) => setTimeout(r, 200));
+      detail = await admin.get(`/deploy/${deploy.json.deployId}`);
+    }
+    expect(detail.json.deployment.status, JSON.stringify(detail.json)).toBe('success');
+    expect(detail.json.logs[1]).toMatchObject({ host: name, log: 'installed agent\n' });
+    expect(existsSync(join(dir, 'work', `via-${name}`, 'app.txt'))).toBe(true);
+  });
+});
