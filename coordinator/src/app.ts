@@ -40,7 +40,6 @@ import projectHookRoutes from './routes/project-hooks.ts';
 import projectRoutes from './routes/projects.ts';
 import sshHostKeyRoutes from './routes/ssh-host-key.ts';
 import agentDownloadRoutes from './routes/agent-download.ts';
-import agentDownloadRoutes from './routes/agent-download.ts';
 import tokenRoutes from './routes/tokens.ts';
 import webhookRoutes from './routes/webhook.ts';
 
@@ -187,7 +186,6 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(projectRoutes);
   await app.register(sshHostKeyRoutes);
   await app.register(agentRoutes);
-  await app.register(agentDownloadRoutes);
   await app.register(agentDownloadRoutes);
   await app.register(deploymentRoutes);
   await app.register(deploymentEventRoutes);
