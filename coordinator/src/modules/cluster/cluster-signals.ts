@@ -17,6 +17,11 @@ const KINDS: ReadonlySet<string> = new Set<SignalKind>(['deployment', 'jobs', 'c
 /** Ids per NOTIFY: 200 uuids with separators stay well under the 8,000-byte payload limit. */
 const IDS_PER_NOTIFY = 200;
 const RECONNECT_MIN_MS = 250;
+/**
+ * "Deployment changed" is sent at most this often: output arrives many times a second per
+ * deployment, and viewers re-read everything new at each signal anyway. Other kinds go at once.
+ */
+const DEPLOYMENT_SIGNAL_EVERY_MS = 25;
 const RECONNECT_MAX_MS = 10_000;
 
 export interface ClusterSignalsOptions {
@@ -39,7 +44,8 @@ export class ClusterSignals {
   #reconnectTimer: NodeJS.Timeout | undefined;
   /** Signals waiting to be sent together (ids per kind; an empty set for id-less kinds). */
   #pending = new Map<SignalKind, Set<string>>();
-  #flushScheduled = false;
+  #flushTimer: NodeJS.Timeout | undefined;
+  #flushAt = Number.POSITIVE_INFINITY;
   #flushing: Promise<void> = Promise.resolve();
 
   constructor(options: ClusterSignalsOptions) {
@@ -75,21 +81,26 @@ export class ClusterSignals {
 
   /**
    * Tells the other processes (and, through handlers, not this one: it acts on its own changes
-   * directly). Sent on the next tick, many ids of a kind in one NOTIFY.
+   * directly). Sent on the next tick (deployment changes within DEPLOYMENT_SIGNAL_EVERY_MS), many
+   * ids of a kind in one NOTIFY.
    */
   publish(kind: SignalKind, id?: string): void {
     if (this.#stopped) return;
     const ids = this.#pending.get(kind) ?? new Set<string>();
     if (id) ids.add(id);
     this.#pending.set(kind, ids);
-    if (!this.#flushScheduled) {
-      this.#flushScheduled = true;
-      setImmediate(() => this.#flush());
+    const delay = kind === 'deployment' ? DEPLOYMENT_SIGNAL_EVERY_MS : 0;
+    const at = Date.now() + delay;
+    if (at < this.#flushAt) {
+      clearTimeout(this.#flushTimer);
+      this.#flushAt = at;
+      this.#flushTimer = setTimeout(() => this.#flush(), delay);
     }
   }
 
   #flush(): void {
-    this.#flushScheduled = false;
+    clearTimeout(this.#flushTimer);
+    this.#flushAt = Number.POSITIVE_INFINITY;
     if (this.#pending.size === 0) return;
     const payloads: string[] = [];
     for (const [kind, ids] of this.#pending) {
