@@ -9,6 +9,7 @@
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { UniqueConstraintViolationException } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
+import { PassLoop } from '../common/pass-loop.ts';
 import type { AgentService } from '../agent/agent.service.ts';
 import type { ProjectService } from '../project/project.service.ts';
 import { sshHostName } from '../ssh/ssh-session.ts';
@@ -42,49 +43,37 @@ export interface SchedulerOptions {
 
 export class Scheduler {
   readonly #o: SchedulerOptions;
-  #timer: NodeJS.Timeout | undefined;
-  #running: Promise<void> | null = null;
-  #again = false;
-  #stopped = true;
+  readonly #loop: PassLoop;
   /** A pass failed (the database is usually why): leases could not be renewed meanwhile. */
   #failedSince: number | null = null;
+  #stopped = false;
 
   constructor(options: SchedulerOptions) {
     this.#o = options;
+    this.#loop = new PassLoop({
+      intervalMs: options.intervalMs,
+      pass: () => this.#pass(),
+      onError: () => {
+        this.#failedSince ??= Date.now();
+      },
+      log: options.log,
+      name: 'scheduler',
+    });
   }
 
   start(): void {
     this.#stopped = false;
-    this.#timer = setInterval(() => this.nudge(), this.#o.intervalMs);
-    this.#timer.unref();
-    this.nudge();
+    this.#loop.start();
   }
 
   async stop(): Promise<void> {
     this.#stopped = true;
-    clearInterval(this.#timer);
-    await this.#running;
+    await this.#loop.stop();
   }
 
   /** Runs a pass soon; passes never overlap, and a nudge during one causes another after it. */
   nudge(): void {
-    if (this.#stopped) return;
-    if (this.#running) {
-      this.#again = true;
-      return;
-    }
-    this.#running = this.#pass()
-      .catch((err) => {
-        this.#failedSince ??= Date.now();
-        this.#o.log.error({ err }, 'scheduler pass failed');
-      })
-      .finally(() => {
-        this.#running = null;
-        if (this.#again && !this.#stopped) {
-          this.#again = false;
-          this.nudge();
-        }
-      });
+    this.#loop.nudge();
   }
 
   /** One pass, awaited (tests and the first pass at start-up). */

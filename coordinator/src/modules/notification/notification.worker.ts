@@ -17,6 +17,7 @@ import { randomUUID } from 'node:crypto';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import type { SecretBox } from '../common/crypto.ts';
+import { PassLoop } from '../common/pass-loop.ts';
 import { BadRequestError } from '../common/errors.ts';
 import type { DeploymentStatus } from '../deployment/deployment.entity.ts';
 import { type Mailer, SmtpNotConfiguredError } from '../mail/mailer.ts';
@@ -89,45 +90,33 @@ type Outcome =
 export class NotificationWorker {
   readonly #o: NotificationWorkerOptions;
   readonly #httpTimeoutMs: number;
-  #timer: NodeJS.Timeout | undefined;
-  #running: Promise<void> | null = null;
-  #again = false;
+  readonly #loop: PassLoop;
   #stopped = true;
 
   constructor(options: NotificationWorkerOptions) {
     this.#o = options;
     this.#httpTimeoutMs = options.httpTimeoutMs ?? 10_000;
+    this.#loop = new PassLoop({
+      intervalMs: options.intervalMs,
+      pass: () => this.#pass(),
+      log: options.log,
+      name: 'notification',
+    });
   }
 
   start(): void {
     this.#stopped = false;
-    this.#timer = setInterval(() => this.nudge(), this.#o.intervalMs);
-    this.#timer.unref();
-    this.nudge();
+    this.#loop.start();
   }
 
   async stop(): Promise<void> {
     this.#stopped = true;
-    clearInterval(this.#timer);
-    await this.#running;
+    await this.#loop.stop();
   }
 
   /** Runs a pass soon; passes never overlap, and a nudge during one causes another after it. */
   nudge(): void {
-    if (this.#stopped) return;
-    if (this.#running) {
-      this.#again = true;
-      return;
-    }
-    this.#running = this.#pass()
-      .catch((err) => this.#o.log.error({ err }, 'notification pass failed'))
-      .finally(() => {
-        this.#running = null;
-        if (this.#again && !this.#stopped) {
-          this.#again = false;
-          this.nudge();
-        }
-      });
+    this.#loop.nudge();
   }
 
   /** One pass, awaited (tests). */
