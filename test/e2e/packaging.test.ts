@@ -1,0 +1,305 @@
+// Packaging, checked as far as this machine allows (no Docker daemon, no systemd as init):
+// Debian's docker-compose validates docker-compose.yml with every profile; the Dockerfiles follow
+// the rules a Dockerfile linter (hadolint) would hold them to; systemd-analyze verifies the units
+// the installer writes and the sample unit; and the start commands of the agent image, of the
+// installer's unit and of the coordinator image are run for real, here, without Docker or
+// systemd: the agent comes online, the coordinator answers /readyz and serves the agent file.
+import { execFile, spawn } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { unitText } from '../../cli/src/agents-install.ts';
+import { AgentBundle } from '../../coordinator/src/modules/agent-bundle/agent-bundle.ts';
+import { type Client, signUp, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { cleanEnv, freePort, repoRoot, type Spawned, spawnNode, waitForOk } from '../helpers/processes.ts';
+
+const exec = promisify(execFile);
+
+function which(tool: string): string | null {
+  for (const dir of (process.env.PATH ?? '').split(':').concat(['/usr/bin', '/usr/local/bin'])) {
+    if (dir && existsSync(join(dir, tool))) return join(dir, tool);
+  }
+  return null;
+}
+
+const COMPOSE = which('docker-compose');
+const SYSTEMD_ANALYZE = which('systemd-analyze');
+
+let tmp: string;
+let bundleFile: string;
+let coordinator: TestCoordinator | undefined;
+let admin: Client;
+const spawned: Spawned[] = [];
+
+/** The stages of a Dockerfile: each FROM with the instructions after it (continuations joined). */
+function stages(dockerfile: string): Array<{ from: string; lines: string[] }> {
+  const text = readFileSync(join(repoRoot, dockerfile), 'utf8').replace(/\\\n\s*/g, ' ');
+  const result: Array<{ from: string; lines: string[] }> = [];
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (line === '' || line.startsWith('#')) continue;
+    if (/^FROM\s/i.test(line)) result.push({ from: line, lines: [] });
+    else result.at(-1)?.lines.push(line);
+  }
+  return result;
+}
+
+/** The final stage's CMD, exec form. */
+function cmdOf(dockerfile: string): string[] {
+  const cmd = stages(dockerfile)
+    .at(-1)!
+    .lines.filter((l) => /^CMD\s/i.test(l))
+    .at(-1)!;
+  return JSON.parse(cmd.replace(/^CMD\s+/i, '')) as string[];
+}
+
+async function waitOnline(name: string, proc: Spawned): Promise<{ online: boolean; version: string | null }> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const res = await admin.get('/agents');
+    const agent = (res.json.agents as Array<{ name: string; online: boolean; version: string | null }>).find(
+      (a) => a.name === name,
+    );
+    if (agent?.online) return agent;
+    if (Date.now() > deadline || proc.child.exitCode !== null) {
+      throw new Error(`agent ${name} did not come online:\n${proc.output()}`);
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+async function register(name: string): Promise<string> {
+  const res = await admin.post('/agents', { name });
+  expect(res.status, res.text).toBe(201);
+  return res.json.token as string;
+}
+
+beforeAll(async () => {
+  tmp = await mkdtemp(join(tmpdir(), 'deckhand-packaging-'));
+  bundleFile = join(tmp, 'opt', 'deckhand', 'deckhand-agent.js');
+  await new AgentBundle(bundleFile).get();
+  coordinator = await startCoordinator({ AGENT_HEARTBEAT_MS: '1000' });
+  ({ client: admin } = await signUp(coordinator.url));
+}, 120_000);
+
+afterAll(async () => {
+  for (const p of spawned) {
+    if (p.child.exitCode === null && p.child.signalCode === null) {
+      p.child.kill('SIGTERM');
+      await Promise.race([p.exited, new Promise((r) => setTimeout(r, 5_000))]);
+      p.child.kill('SIGKILL');
+    }
+  }
+  await coordinator?.close();
+  await rm(tmp, { recursive: true, force: true });
+}, 30_000);
+
+describe.skipIf(COMPOSE === null)('docker-compose.yml', () => {
+  it('is valid for docker-compose (Debian), with every profile', async () => {
+    for (const profiles of [[], ['mail'], ['agent'], ['mail', 'agent']]) {
+      const args = ['-f', 'docker-compose.yml', ...profiles.flatMap((p) => ['--profile', p]), 'config', '-q'];
+      const res = await exec(COMPOSE!, args, {
+        cwd: repoRoot,
+        env: { ...process.env, DECKHAND_SECRET: 'x'.repeat(40) },
+      }).catch((err: { code: number; stderr: string }) => err);
+      expect(res, JSON.stringify(res)).toMatchObject({ stderr: '' });
+    }
+    const { stdout } = await exec(
+      COMPOSE!,
+      ['-f', 'docker-compose.yml', '--profile', 'mail', '--profile', 'agent', 'config', '--services'],
+      {
+        cwd: repoRoot,
+        env: { ...process.env, DECKHAND_SECRET: 'x'.repeat(40) },
+      },
+    );
+    expect(stdout.trim().split('\n').sort()).toEqual(['agent', 'coordinator', 'mailpit', 'postgres']);
+  });
+
+  it('refuses to start without DECKHAND_SECRET', async () => {
+    const env: NodeJS.ProcessEnv = { ...process.env };
+    delete env.DECKHAND_SECRET;
+    const res = await exec(COMPOSE!, ['-f', 'docker-compose.yml', 'config', '-q'], {
+      cwd: repoRoot,
+      env,
+    }).catch((err: { code: number; stderr: string }) => err);
+    expect(res).toMatchObject({
+      code: expect.any(Number),
+      stderr: expect.stringContaining('DECKHAND_SECRET'),
+    });
+  });
+});
+
+describe('the Dockerfiles', () => {
+  for (const file of ['coordinator/Dockerfile', 'agent/Dockerfile']) {
+    it(`${file}: multi-stage, parameterised base, non-root, no ADD, apt lists cleaned, exec-form CMD`, () => {
+      const all = stages(file);
+      expect(all.length).toBeGreaterThanOrEqual(2);
+      for (const s of all) expect(s.from).toMatch(/^FROM \$\{NODE_IMAGE\}/);
+      const final = all.at(-1)!;
+      const users = final.lines.filter((l) => /^USER\s/i.test(l));
+      expect(users.at(-1)).toMatch(/^USER (?!root\b|0\b)\w+$/);
+      for (const s of all) {
+        for (const l of s.lines) {
+          expect(l).not.toMatch(/^ADD\s/i);
+          if (/apt-get install/.test(l)) {
+            expect(l).toMatch(/--no-install-recommends/);
+            expect(l).toMatch(/rm -rf \/var\/lib\/apt\/lists\/\*/);
+          }
+          expect(l).not.toMatch(/^RUN .*\bsudo\b/);
+        }
+      }
+      expect(Array.isArray(cmdOf(file))).toBe(true);
+    });
+  }
+
+  it('keeps the agent image to one file: no node_modules in its final stage', () => {
+    const final = stages('agent/Dockerfile').at(-1)!;
+    expect(final.lines.filter((l) => /^COPY/.test(l))).toEqual([
+      'COPY --from=bundle /src/dist/deckhand-agent.js /opt/deckhand/deckhand-agent.js',
+    ]);
+  });
+});
+
+describe.skipIf(SYSTEMD_ANALYZE === null)('systemd units', () => {
+  async function verify(unitFile: string, user: boolean): Promise<{ code: number; output: string }> {
+    const runtime = join(tmp, 'runtime');
+    await mkdir(runtime, { recursive: true });
+    await chmod(runtime, 0o700);
+    const args = ['verify', '--man=no', ...(user ? ['--user'] : []), unitFile];
+    return exec(SYSTEMD_ANALYZE!, args, { env: { ...process.env, XDG_RUNTIME_DIR: runtime } }).then(
+      (r) => ({ code: 0, output: r.stdout + r.stderr }),
+      (err: { code: number; stdout: string; stderr: string }) => ({
+        code: err.code,
+        output: err.stdout + err.stderr,
+      }),
+    );
+  }
+
+  it('the installer writes units systemd-analyze verifies without a warning (system and user)', async () => {
+    const dir = join(tmp, 'opt', 'deckhand');
+    for (const mode of ['system', 'user'] as const) {
+      const unit = join(tmp, `deckhand-agent-${mode}.service`);
+      await writeFile(unit, unitText({ mode, dir, envFile: join(tmp, 'agent.env') }, process.execPath, mode));
+      expect(await verify(unit, mode === 'user')).toEqual({ code: 0, output: '' });
+    }
+  });
+
+  it('the verification can fail: a unit whose program is missing is refused', async () => {
+    const unit = join(tmp, 'deckhand-agent-broken.service');
+    await writeFile(
+      unit,
+      unitText(
+        { mode: 'system', dir: join(tmp, 'nowhere'), envFile: join(tmp, 'agent.env') },
+        '/nonexistent/node',
+        'x',
+      ),
+    );
+    const res = await verify(unit, false);
+    expect(res.code).not.toBe(0);
+    expect(res.output).toContain('/nonexistent/node');
+  });
+
+  it('the sample unit agent/systemd/deckhand-agent.service verifies', async () => {
+    const res = await verify(join(repoRoot, 'agent', 'systemd', 'deckhand-agent.service'), false);
+    expect(res.code, res.output).toBe(0);
+  });
+});
+
+describe('start commands, run for real without Docker or systemd', () => {
+  it("the agent image's CMD: the one file comes online with DECKHAND_URL and DECKHAND_TOKEN", async () => {
+    const [program, file, ...rest] = cmdOf('agent/Dockerfile');
+    expect([program, file, ...rest]).toEqual(['node', '/opt/deckhand/deckhand-agent.js']);
+    const token = await register('image-agent');
+    const work = join(tmp, 'image-work');
+    // The image's file system, here: /opt/deckhand is under tmp; no node_modules anywhere near.
+    const child = spawn(process.execPath, [join(tmp, file!)], {
+      cwd: tmp,
+      env: cleanEnv({
+        DECKHAND_URL: coordinator!.url,
+        DECKHAND_TOKEN: token,
+        DECKHAND_WORK_DIR: work,
+      }) as NodeJS.ProcessEnv,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const proc = asSpawned(child);
+    spawned.push(proc);
+    const agent = await waitOnline('image-agent', proc);
+    expect(agent.version).toMatch(/^\d+\.\d+\.\d+/);
+  });
+
+  it("the installer's unit: ExecStart with its EnvironmentFile comes online", async () => {
+    const token = await register('unit-agent');
+    const dir = join(tmp, 'opt', 'deckhand');
+    const envFile = join(tmp, 'unit-agent.env');
+    await writeFile(
+      envFile,
+      `DECKHAND_URL=${coordinator!.url}\nDECKHAND_TOKEN=${token}\nDECKHAND_WORK_DIR=${join(tmp, 'unit-work')}\n`,
+      {
+        mode: 0o600,
+      },
+    );
+    const unit = unitText({ mode: 'system', dir, envFile }, process.execPath, 'unit-agent');
+    const field = (key: string) =>
+      /^(\w+)=(.*)$/m.exec(unit.split('\n').filter((l) => l.startsWith(`${key}=`))[0] ?? '')?.[2];
+    const [program, ...args] = field('ExecStart')!.split(' ');
+    const env = Object.fromEntries(
+      readFileSync(field('EnvironmentFile')!, 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
+    );
+    const child = spawn(program!, args, {
+      cwd: field('WorkingDirectory')!,
+      env: cleanEnv(env) as NodeJS.ProcessEnv,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const proc = asSpawned(child);
+    spawned.push(proc);
+    await waitOnline('unit-agent', proc);
+  });
+
+  it("the coordinator image's CMD: it answers /readyz and serves the agent file", async () => {
+    const cmd = cmdOf('coordinator/Dockerfile');
+    expect(cmd).toEqual(['node', 'coordinator/src/server.ts']);
+    let db: TestDatabase | undefined;
+    try {
+      db = await createTestDatabase();
+      const port = await freePort();
+      const proc = spawnNode(
+        cmd[1]!,
+        [],
+        cleanEnv({
+          NODE_ENV: 'production',
+          HOST: '127.0.0.1',
+          PORT: String(port),
+          DATABASE_URL: db.url,
+          DECKHAND_SECRET: 'y'.repeat(40),
+          LOG_LEVEL: 'warn',
+        }),
+      );
+      spawned.push(proc);
+      await waitForOk(`http://127.0.0.1:${port}/readyz`, proc, 60_000);
+      const res = await fetch(`http://127.0.0.1:${port}/agent/download`);
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-deckhand-agent-version')).toMatch(/^\d+\.\d+\.\d+/);
+      proc.child.kill('SIGTERM');
+      expect((await proc.exited).code).toBe(0);
+    } finally {
+      await db?.drop();
+    }
+  });
+});
+
+function asSpawned(child: ReturnType<typeof spawn>): Spawned {
+  let out = '';
+  child.stdout?.on('data', (d) => (out += d));
+  child.stderr?.on('data', (d) => (out += d));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on('exit', (code, signal) => resolve({ code, signal })),
+  );
+  return { child, output: () => out, exited };
+}
