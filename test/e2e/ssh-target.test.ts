@@ -290,7 +290,7 @@ describe('a deploy over SSH', () => {
     expect(d.logs[1].log).toBe('still here\n');
   });
 
-  it('builds releases, switches current, prunes, and switches back when the health check fails', async () => {
+  it('builds releases, switches current, prunes, rolls back, and switches back when the health check fails', async () => {
     const { id, name } = await sshProject({
       commands: ['echo built > built.txt'],
       releases: { keep: 2, health_check: 'test -f built.txt && test ! -f broken' },
@@ -316,7 +316,23 @@ describe('a deploy over SSH', () => {
       `current -> releases/${ids[2]} (was releases/${ids[1]})\nremoved releases/${ids[0]} (keeping the newest 2)\n`,
     );
 
-    // The health check fails in the new release: current goes back to the one before.
+    // A rollback to the release before: just the switch and the health check, over SSH too.
+    const rolled = await admin.post(`/deploy/${ids[1]}/rollback`, {});
+    expect(rolled.status, rolled.text).toBe(200);
+    const r = await waitForEnd(rolled.json.deployId);
+    expect(r.deployment.status, JSON.stringify(r.logs)).toBe('success');
+    expect(r.logs.map((l: { cmd: string }) => l.cmd)).toEqual([
+      `ln -sfn releases/${ids[1]} current`,
+      'test -f built.txt && test ! -f broken',
+    ]);
+    expect(r.logs[0].log).toMatch(
+      new RegExp(
+        `^connecting to .* over SSH\\nconnected; host key SHA256:\\S+ verified\\ncurrent -> releases/${ids[1]} \\(was releases/${ids[2]}\\)\\n`,
+      ),
+    );
+    expect(readlinkSync(join(project, 'current'))).toBe(`releases/${ids[1]}`);
+
+    // The health check fails in the new release: current goes back to where it was.
     await admin.request('PATCH', `/projects/${id}`, { json: { commands: ['touch built.txt broken'] } });
     const failing = await deploy(id);
     const f = await waitForEnd(failing);
@@ -324,8 +340,8 @@ describe('a deploy over SSH', () => {
     expect(f.deployment.reason).toContain(
       'the health check (test -f built.txt && test ! -f broken) exited with code 1',
     );
-    expect(f.logs[3].log).toBe(`switched current back to releases/${ids[2]}\n`);
-    expect(readlinkSync(join(project, 'current'))).toBe(`releases/${ids[2]}`);
+    expect(f.logs[3].log).toBe(`switched current back to releases/${ids[1]}\n`);
+    expect(readlinkSync(join(project, 'current'))).toBe(`releases/${ids[1]}`);
   });
 });
 
