@@ -8,11 +8,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CloseCode } from '../../protocol/src/index.ts';
 import type { RunningAgent } from '../helpers/agents.ts';
 import { startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import {
   Admin,
   launchAgent,
-  launchCoordinator,
+  coordinatorCluster,
   numberedLines,
   RawAgent,
   sleep,
@@ -165,34 +164,15 @@ describe('revoking a connected agent (DELETE /agents/:id)', () => {
 
 describe('revoking an agent connected to another replica', () => {
   // Two coordinator processes on one database, as README's replicas ("give every replica the same").
-  let db: TestDatabase | undefined;
-  const replicas: CoordinatorProcess[] = [];
-
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    const env = {
-      DATABASE_URL: db.url,
-      DECKHAND_SECRET: randomBytes(32).toString('base64url'),
-      AGENT_HEARTBEAT_MS: '300',
-      SCHEDULER_INTERVAL_MS: '100',
-    };
-    replicas.push(await launchCoordinator(env));
-    replicas.push(await launchCoordinator(env));
-  }, 90_000);
-
-  afterAll(async () => {
-    for (const raw of raws) raw.close();
-    await sleep(500);
-    await Promise.allSettled(replicas.map((r) => r.stop()));
-    await db?.drop();
-  }, 30_000);
+  const cluster = coordinatorCluster(2, { AGENT_HEARTBEAT_MS: '300', SCHEDULER_INTERVAL_MS: '100' });
+  const replicas = cluster.processes;
 
   it('closes its connection there too within 2 s (4401), not only on the replica that served the DELETE', async () => {
     const [a, b] = replicas as [CoordinatorProcess, CoordinatorProcess];
     const adminA = await Admin.signUp(a.url);
     const { id, token } = await adminA.registerAgent('replica-1', ['replica-1']);
     const raw = await RawAgent.welcomed(b.url, token);
-    raws.push(raw);
+    cluster.raws.push(raw);
     await adminA.waitForOnline(['replica-1']);
     const started = Date.now();
     expect((await del(adminA.client, `/agents/${id}`)).status).toBe(200);

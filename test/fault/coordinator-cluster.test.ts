@@ -7,55 +7,41 @@
 // - the next queued deployment starts at once when the one before it ends on the other process;
 // - an agent revoked through A is disconnected from B;
 // - the login rate limit counts the attempts made on both (PostgreSQL-backed store).
-import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '../helpers/coordinator.ts';
-import { connectPg, createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { connectPg } from '../helpers/database.ts';
 import { captureEvents } from '../helpers/fault-harness.ts';
-import { Admin, launchCoordinator, RawAgent, sleep, waitFor } from '../helpers/faults-coordinator.ts';
+import { Admin, coordinatorCluster, RawAgent, sleep, waitFor } from '../helpers/faults-coordinator.ts';
 import type { CoordinatorProcess } from '../helpers/processes.ts';
 import { CloseCode } from '../../protocol/src/index.ts';
 
 /** Well under the polling periods below: only a signal can explain it. */
 const SIGNAL_MS = 3_000;
 
-let db: TestDatabase;
+const cluster = coordinatorCluster(2, {
+  AGENT_HEARTBEAT_MS: '30000',
+  AGENT_LEASE_MS: '120000',
+  SCHEDULER_INTERVAL_MS: '60000',
+  LOGIN_RATE_LIMIT: '6',
+});
 let a: CoordinatorProcess;
 let b: CoordinatorProcess;
 let adminA: Admin;
 let adminB: Admin;
-const raws: RawAgent[] = [];
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  const env = {
-    DATABASE_URL: db.url,
-    DECKHAND_SECRET: randomBytes(32).toString('base64url'),
-    AGENT_HEARTBEAT_MS: '30000',
-    AGENT_LEASE_MS: '120000',
-    SCHEDULER_INTERVAL_MS: '60000',
-    LOGIN_RATE_LIMIT: '6',
-  };
-  a = await launchCoordinator(env);
-  b = await launchCoordinator(env);
+  [a, b] = cluster.processes as [CoordinatorProcess, CoordinatorProcess];
   adminA = await Admin.signUp(a.url);
   // The same session works on both: one root secret, sessions in the database.
   const viaB = new Client(b.url);
   viaB.cookie = adminA.client.cookie;
   adminB = new Admin(viaB, b.url);
-}, 90_000);
-
-afterAll(async () => {
-  for (const raw of raws) raw.close();
-  await sleep(500);
-  await Promise.allSettled([a?.stop(), b?.stop()]);
-  await db?.drop();
 }, 30_000);
 
 async function agentOn(replica: CoordinatorProcess, name: string) {
   const { id, token } = await adminA.registerAgent(name, [name]);
   const raw = await RawAgent.welcomed(replica.url, token);
-  raws.push(raw);
+  cluster.raws.push(raw);
   return { id, raw };
 }
 
@@ -164,7 +150,7 @@ describe('two coordinator processes signalling over LISTEN/NOTIFY', () => {
   }, 30_000);
 
   it('listens again after its listening connection is cut, and signals flow as before', async () => {
-    const client = await connectPg(db.url);
+    const client = await connectPg(cluster.db.url);
     try {
       const { rows } = await client.query(
         `select pg_terminate_backend(pid) as cut from pg_stat_activity

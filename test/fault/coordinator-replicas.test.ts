@@ -3,44 +3,24 @@
 // agent whose reconnects land on one, then the other, then the first again in the middle of one
 // command — as behind a load balancer after network blips. Every byte it printed must be stored
 // once, in order, and the deployment must end `success`.
-import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Client } from '../helpers/coordinator.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import {
   Admin,
-  launchCoordinator,
+  coordinatorCluster,
   RawAgent,
-  sleep,
   storedEntries,
   waitFor,
 } from '../helpers/faults-coordinator.ts';
 import type { CoordinatorProcess } from '../helpers/processes.ts';
 
-let db: TestDatabase;
-const replicas: CoordinatorProcess[] = [];
-const raws: RawAgent[] = [];
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  const env = {
-    DATABASE_URL: db.url,
-    DECKHAND_SECRET: randomBytes(32).toString('base64url'),
-    AGENT_HEARTBEAT_MS: '300',
-    AGENT_LEASE_MS: '10000',
-    SCHEDULER_INTERVAL_MS: '100',
-  };
-  replicas.push(await launchCoordinator(env));
-  replicas.push(await launchCoordinator(env));
-}, 90_000);
-
-afterAll(async () => {
-  for (const raw of raws) raw.close();
-  // Let the coordinator record those disconnects before it stops (see coordinator-shutdown.test.ts).
-  await sleep(500);
-  await Promise.allSettled(replicas.map((r) => r.stop()));
-  await db?.drop();
-}, 30_000);
+const cluster = coordinatorCluster(2, {
+  AGENT_HEARTBEAT_MS: '300',
+  AGENT_LEASE_MS: '10000',
+  SCHEDULER_INTERVAL_MS: '100',
+});
+const replicas = cluster.processes;
+const raws = cluster.raws;
 
 describe('an agent reconnecting to replica A, then B, then A again within one command', () => {
   it('has every byte of that command stored once, in order, and the deployment succeeds', async () => {
@@ -108,7 +88,7 @@ describe('an agent reconnecting to replica A, then B, then A again within one co
       10_000,
     );
     expect(detail.deployment.status).toBe('success');
-    const [entry] = await storedEntries(db.url, deployId, 'print three lines');
+    const [entry] = await storedEntries(cluster.db.url, deployId, 'print three lines');
     // The agent was told everything up to 13 was stored (by B), so it never re-sends before it.
     expect((entry?.output ?? Buffer.alloc(0)).toString('utf8')).toBe('first\nsecond\nthird\n');
   }, 60_000);

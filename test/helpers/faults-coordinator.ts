@@ -4,6 +4,7 @@
 // by frame (to send what a real agent never would), and the stored bytes of a log entry read
 // straight from PostgreSQL.
 import type { ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import {
   type AgentMessage,
@@ -13,11 +14,11 @@ import {
   type Hello,
   PROTOCOL_VERSION,
 } from '@deckhand/protocol';
-import { expect } from 'vitest';
+import { afterAll, beforeAll, expect } from 'vitest';
 import WebSocket from 'ws';
 import { type RunningAgent, startAgent } from './agents.ts';
 import { type Client, signUp } from './coordinator.ts';
-import { connectPg } from './database.ts';
+import { connectPg, createTestDatabase, type TestDatabase } from './database.ts';
 import { type CoordinatorProcess, startCoordinatorProcess } from './processes.ts';
 import { ENTRY_OUTPUT } from './sql.ts';
 
@@ -395,4 +396,48 @@ export async function launchAgent(
 /** Stops agents, ignoring ones that already exited. */
 export async function stopAll(agents: RunningAgent[]): Promise<void> {
   await Promise.allSettled(agents.map((a) => a.stop()));
+}
+
+export interface CoordinatorCluster {
+  readonly db: TestDatabase;
+  /** The processes, in the order started (all on `db`, with one root secret). */
+  readonly processes: CoordinatorProcess[];
+  /** Raw agents the tests open: closed before the processes stop. */
+  readonly raws: RawAgent[];
+  /** Real agents the tests start: stopped before the processes stop. */
+  readonly agents: RunningAgent[];
+}
+
+/**
+ * `count` coordinator processes on one fresh database, sharing a root secret (as README says for
+ * replicas), for the file or describe that calls this (beforeAll/afterAll). Raw and real agents
+ * pushed onto `raws`/`agents` go first at the end, and the processes get a moment to record them.
+ */
+export function coordinatorCluster(count: number, env: Record<string, string>): CoordinatorCluster {
+  let db: TestDatabase | undefined;
+  const processes: CoordinatorProcess[] = [];
+  const raws: RawAgent[] = [];
+  const agents: RunningAgent[] = [];
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    const shared = { DATABASE_URL: db.url, DECKHAND_SECRET: randomBytes(32).toString('base64url'), ...env };
+    for (let i = 0; i < count; i++) processes.push(await launchCoordinator(shared));
+  }, 90_000);
+  afterAll(async () => {
+    for (const raw of raws) raw.close();
+    await stopAll(agents);
+    // Let the processes record those disconnects before they stop (see coordinator-shutdown.test.ts).
+    await sleep(500);
+    await Promise.allSettled(processes.map((p) => p.stop()));
+    await db?.drop();
+  }, 60_000);
+  return {
+    get db() {
+      if (!db) throw new Error('the cluster is not started yet (use it inside a test or hook)');
+      return db;
+    },
+    processes,
+    raws,
+    agents,
+  };
 }
