@@ -43,7 +43,12 @@ Usage: deckhand agents install --host <host> --user <user> --name <name> [option
   --wait-seconds <n>             how long to wait for the agent to come online (60)
   --url, --token, --insecure     the coordinator and an admin API token (DECKHAND_URL, DECKHAND_TOKEN)
 
-Exit codes: 0 installed and online, 1 the installation failed on the host, 64 usage or a host key
+deckhand agents upgrade --host <host> --user <user> --name <name> [--dir, --key, --host-key-fingerprint, --node]
+
+Replaces an installed agent's file with the coordinator's (GET /agent/download) and restarts it,
+keeping its token and settings; it never installs an older version than the one there.
+
+Exit codes: 0 installed (or upgraded) and online, 1 the installation failed on the host, 64 usage or a host key
 not confirmed, 69 the coordinator could not be reached.`;
 
 const OPTIONS = {
@@ -95,7 +100,7 @@ export async function agentsCommand(argv: string[], io: InstallIo): Promise<numb
     io.stdout.write(`${INSTALL_HELP}\n`);
     return EXIT.success;
   }
-  if (sub !== 'install')
+  if (sub !== 'install' && sub !== 'upgrade')
     throw new UsageError(`Unknown command 'agents ${sub}'. Try 'deckhand agents install --help'.`);
   let parsed;
   try {
@@ -117,7 +122,8 @@ export async function agentsCommand(argv: string[], io: InstallIo): Promise<numb
     io.env,
   );
   const options = installOptions(v, connection, io.env);
-  return install(options, new Api(connection, io.fetch), connection, io);
+  const api = new Api(connection, io.fetch);
+  return sub === 'install' ? install(options, api, connection, io) : upgrade(options, api, connection, io);
 }
 
 function installOptions(
@@ -524,11 +530,8 @@ interface AgentRow {
   version: string | null;
 }
 
-async function install(o: InstallOptions, api: Api, connection: Connection, io: InstallIo): Promise<number> {
-  const say = (line: string) => io.stdout.write(`${line}\n`);
-  const where = `${o.user}@${o.host}:${o.port}`;
-
-  // The agent file first: nothing is touched on the host if the coordinator cannot serve it.
+/** The agent file the coordinator serves, with its version. */
+async function downloadAgent(api: Api, connection: Connection): Promise<{ code: Buffer; version: string }> {
   let bundle: { code: Buffer; version: string };
   try {
     const res = await api.fetchRaw('/agent/download', {
@@ -559,6 +562,15 @@ async function install(o: InstallOptions, api: Api, connection: Connection, io: 
       EXIT.unavailable,
     );
   }
+  return bundle;
+}
+
+async function install(o: InstallOptions, api: Api, connection: Connection, io: InstallIo): Promise<number> {
+  const say = (line: string) => io.stdout.write(`${line}\n`);
+  const where = `${o.user}@${o.host}:${o.port}`;
+
+  // The agent file first: nothing is touched on the host if the coordinator cannot serve it.
+  const bundle = await downloadAgent(api, connection);
 
   say(`Connecting to ${where}…`);
   const { remote, fingerprint, algorithm } = await connect(o, io);
@@ -674,6 +686,101 @@ echo "started (pid $!)"
         .catch(() => undefined);
     }
     throw err;
+  } finally {
+    remote.end();
+  }
+}
+
+/** -1, 0 or 1 as version `a` is older than, the same as, or newer than `b` (major.minor.patch; a pre-release is older). */
+export function compareVersions(a: string, b: string): number {
+  const parse = (v: string) => {
+    const m = /^v?(\d+)\.(\d+)\.(\d+)(-.+)?/.exec(v.trim());
+    return m ? { n: [Number(m[1]), Number(m[2]), Number(m[3])], pre: m[4] ?? null } : null;
+  };
+  const x = parse(a);
+  const y = parse(b);
+  if (!x || !y) throw new CliError(`Cannot compare agent versions '${a}' and '${b}'.`, EXIT.failed);
+  for (let i = 0; i < 3; i++) if (x.n[i] !== y.n[i]) return x.n[i]! < y.n[i]! ? -1 : 1;
+  if (x.pre === y.pre) return 0;
+  if (x.pre === null) return 1;
+  if (y.pre === null) return -1;
+  return x.pre < y.pre ? -1 : 1;
+}
+
+/**
+ * `deckhand agents upgrade`: the coordinator's agent file replaces the installed one (token and
+ * settings stay), and the agent is restarted the way it was installed; an older version than the
+ * installed one is refused, the same one is left alone.
+ */
+async function upgrade(o: InstallOptions, api: Api, connection: Connection, io: InstallIo): Promise<number> {
+  const say = (line: string) => io.stdout.write(`${line}\n`);
+  const where = `${o.user}@${o.host}:${o.port}`;
+  const bundle = await downloadAgent(api, connection);
+  say(`Connecting to ${where}…`);
+  const { remote, fingerprint, algorithm } = await connect(o, io);
+  try {
+    say(
+      `Host key ${fingerprint} (${algorithm}) ${o.fingerprint ? 'matches --host-key-fingerprint' : 'confirmed'}.`,
+    );
+    const facts = await probe(remote, o);
+    checkHost(facts, where);
+    const l = layout(o, facts);
+    const file = `${l.dir}/deckhand-agent.js`;
+    const head = await remote.run(`head -c 512 ${q(file)}`);
+    const installed = /^\/\/ deckhand-agent (\S+):/m.exec(head.stdout)?.[1];
+    if (head.code !== 0 || !installed) {
+      throw new HostError(
+        `No agent is installed in ${l.dir} on ${where}: use 'deckhand agents install' (or name the folder with --dir).`,
+      );
+    }
+    const order = compareVersions(bundle.version, installed);
+    if (order < 0) {
+      throw new HostError(
+        `The coordinator serves deckhand-agent ${bundle.version}, older than the ${installed} installed in ${l.dir}: an upgrade never installs an older version. Upgrade the coordinator first.`,
+      );
+    }
+    if (order === 0) {
+      say(`deckhand-agent ${installed} is installed in ${l.dir} already: nothing to do.`);
+      return EXIT.success;
+    }
+    const { agents } = await api.request<{ agents: AgentRow[] }>('GET', '/agents');
+    const me = agents.find((a) => a.name === o.name);
+    if (!me) throw new UsageError(`No agent named ${o.name} is registered with the coordinator.`);
+
+    await writeRemote(remote, file, bundle.code, '755');
+    if (l.mode === 'system')
+      await must(remote, 'Handing the file to deckhand', `chown deckhand:deckhand ${q(file)}`);
+    say(`Replaced deckhand-agent ${installed} with ${bundle.version} in ${l.dir}.`);
+    if (l.mode === 'nohup') {
+      // SIGTERM: the agent stops its running commands and exits; then it starts again.
+      await must(
+        remote,
+        'Restarting the agent',
+        `cd ${q(l.dir)} && if [ -f agent.pid ] && kill -TERM "$(cat agent.pid)" 2>/dev/null; then
+  i=0; while kill -0 "$(cat agent.pid)" 2>/dev/null && [ "$i" -lt 350 ]; do sleep 0.1; i=$((i+1)); done
+fi
+./start.sh`,
+      );
+    } else {
+      const ctl = l.mode === 'system' ? 'systemctl' : 'systemctl --user';
+      await must(remote, 'Restarting the service', `${ctl} restart ${q(l.unitName)}`);
+    }
+    say(`Restarted; waiting for ${o.name} to come back with ${bundle.version}…`);
+    const deadline = Date.now() + o.waitMs;
+    for (;;) {
+      const { agents: now } = await api.request<{ agents: AgentRow[] }>('GET', '/agents');
+      const row = now.find((a) => a.id === me.id);
+      if (row?.online && row.version === bundle.version) {
+        say(`${o.name} is online (agent ${row.version}).`);
+        return EXIT.success;
+      }
+      if (Date.now() > deadline) {
+        throw new HostError(
+          `${o.name} did not come back online with ${bundle.version} within ${o.waitMs / 1000} s.`,
+        );
+      }
+      await sleep(1_000);
+    }
   } finally {
     remote.end();
   }

@@ -29,8 +29,13 @@ let keyFile: string;
 let fingerprint: string;
 /** Folders the installer put agents in (their pid files stop them after the tests). */
 const installed: string[] = [];
+/** The agent the install test put on the host, for the upgrade test. */
+let installedAgent: { name: string; dir: string } | undefined;
 
-function runInstall(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function runInstall(
+  args: string[],
+  sub: 'install' | 'upgrade' = 'install',
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     const env: NodeJS.ProcessEnv = {
       ...process.env,
@@ -39,7 +44,7 @@ function runInstall(args: string[]): Promise<{ code: number | null; stdout: stri
       CI: 'true',
     };
     delete env.SSH_AUTH_SOCK;
-    const child = spawn(process.execPath, ['cli/bin/deckhand.js', 'agents', 'install', ...args], {
+    const child = spawn(process.execPath, ['cli/bin/deckhand.js', 'agents', sub, ...args], {
       cwd: repoRoot,
       env,
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -188,6 +193,7 @@ describe('deckhand agents install', () => {
     const name = `inst-${randomBytes(3).toString('hex')}`;
     const dir = join(tmp, name);
     installed.push(dir);
+    installedAgent = { name, dir };
     const res = await runInstall([
       ...baseArgs(name, dir),
       '--host-key-fingerprint',
@@ -236,5 +242,45 @@ describe('deckhand agents install', () => {
     expect(detail.json.deployment.status, JSON.stringify(detail.json)).toBe('success');
     expect(detail.json.logs[1]).toMatchObject({ host: name, log: 'installed agent\n' });
     expect(existsSync(join(dir, 'work', `via-${name}`, 'app.txt'))).toBe(true);
+  });
+
+  it('upgrades: never to an older version, not to the same one, and replaces an older one, restarting it', async () => {
+    const { name, dir } = installedAgent!;
+    const file = join(dir, 'deckhand-agent.js');
+    const args = [...baseArgs(name, dir), '--host-key-fingerprint', fingerprint, '--node', process.execPath];
+    const version = JSON.parse(readFileSync(join(repoRoot, 'agent', 'package.json'), 'utf8')).version;
+    const setInstalled = async (v: string) => {
+      const text = readFileSync(file, 'utf8').replace(
+        /^\/\/ deckhand-agent \S+:/m,
+        `// deckhand-agent ${v}:`,
+      );
+      await writeFile(file, text);
+    };
+
+    const same = await runInstall(args, 'upgrade');
+    expect(same.code, same.stdout + same.stderr).toBe(0);
+    expect(same.stdout).toContain(`deckhand-agent ${version} is installed in ${dir} already: nothing to do.`);
+
+    await setInstalled('9.9.9');
+    const older = await runInstall(args, 'upgrade');
+    expect(older.code).toBe(1);
+    expect(older.stderr).toContain(
+      `The coordinator serves deckhand-agent ${version}, older than the 9.9.9 installed in ${dir}: an upgrade never installs an older version.`,
+    );
+    expect(readFileSync(file, 'utf8')).toMatch(/^\/\/ deckhand-agent 9\.9\.9:/m);
+
+    await setInstalled('0.0.1');
+    const pidBefore = readFileSync(join(dir, 'agent.pid'), 'utf8').trim();
+    const newer = await runInstall(args, 'upgrade');
+    expect(newer.code, newer.stdout + newer.stderr).toBe(0);
+    expect(newer.stdout).toContain(`Replaced deckhand-agent 0.0.1 with ${version} in ${dir}.`);
+    expect(newer.stdout).toContain(`${name} is online (agent ${version}).`);
+    expect(readFileSync(file, 'utf8')).toMatch(
+      new RegExp(`^// deckhand-agent ${version.replaceAll('.', '\\.')}:`, 'm'),
+    );
+    const pidAfter = readFileSync(join(dir, 'agent.pid'), 'utf8').trim();
+    expect(pidAfter).not.toBe(pidBefore);
+    expect(() => process.kill(Number(pidBefore), 0)).toThrow();
+    expect((await agents()).find((a) => a.name === name)).toMatchObject({ online: true, version });
   });
 });
