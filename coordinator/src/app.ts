@@ -39,6 +39,7 @@ import pageRoutes from './routes/pages.ts';
 import projectHookRoutes from './routes/project-hooks.ts';
 import projectRoutes from './routes/projects.ts';
 import sshHostKeyRoutes from './routes/ssh-host-key.ts';
+import agentDownloadRoutes from './routes/agent-download.ts';
 import tokenRoutes from './routes/tokens.ts';
 import webhookRoutes from './routes/webhook.ts';
 
@@ -185,6 +186,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(projectRoutes);
   await app.register(sshHostKeyRoutes);
   await app.register(agentRoutes);
+  await app.register(agentDownloadRoutes);
   await app.register(deploymentRoutes);
   await app.register(deploymentEventRoutes);
   await app.register(agentSocketRoutes);
