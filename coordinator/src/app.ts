@@ -41,6 +41,7 @@ import projectRoutes from './routes/projects.ts';
 import sshHostKeyRoutes from './routes/ssh-host-key.ts';
 import agentDownloadRoutes from './routes/agent-download.ts';
 import tokenRoutes from './routes/tokens.ts';
+import userRoutes from './routes/users.ts';
 import webhookRoutes from './routes/webhook.ts';
 
 export interface AppDeps {
@@ -193,6 +194,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(emailRoutes);
   await app.register(tokenRoutes);
   await app.register(auditRoutes);
+  await app.register(userRoutes);
   await app.register(deliveryRoutes);
   await app.register(projectHookRoutes);
   await app.register(webhookRoutes, { bodyLimit: config.webhookBodyLimit });

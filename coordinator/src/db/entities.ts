@@ -11,6 +11,7 @@ import {
 import { Project } from '../modules/project/project.entity.ts';
 import { RateLimitHit } from '../modules/rate-limit/rate-limit-hit.entity.ts';
 import { ApiToken } from '../modules/token/api-token.entity.ts';
+import { Invitation } from '../modules/user/invitation.entity.ts';
 import { Session, User } from '../modules/user/user.entity.ts';
 import { WebhookDelivery } from '../modules/webhook/webhook-delivery.entity.ts';
 
@@ -31,4 +32,5 @@ export const entities = [
   NotificationDelivery,
   NotificationAttempt,
   RateLimitHit,
+  Invitation,
 ];

@@ -21,6 +21,7 @@ import { NotificationWorker } from '../modules/notification/notification.worker.
 import { ProjectService } from '../modules/project/project.service.ts';
 import { SSH_DEFAULTS, SshRunner } from '../modules/ssh/ssh-runner.ts';
 import { ApiTokenService } from '../modules/token/api-token.service.ts';
+import { UserAdminService } from '../modules/user/user-admin.service.ts';
 import { type RegistrationPolicy, UserService } from '../modules/user/user.service.ts';
 import { WebhookService } from '../modules/webhook/webhook.service.ts';
 
@@ -42,6 +43,8 @@ export interface Services {
   /** Runs the jobs of SSH targets in this process. */
   ssh: SshRunner;
   users: UserService;
+  /** Managing accounts: list, invitations, roles, removal. */
+  userAdmin: UserAdminService;
   projects: ProjectService;
   agents: AgentService;
   deployments: DeploymentService;
@@ -182,6 +185,7 @@ export function createServices(o: ServiceOptions): Services {
     dispatch,
     pool,
     users,
+    userAdmin: new UserAdminService(o.orm, (token) => `${o.publicUrl()}/register?invitation=${token}`),
     projects,
     agents,
     deployments,

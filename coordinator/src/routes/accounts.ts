@@ -26,10 +26,12 @@ const Credentials = {
 /** The sign-in forms' fields as the JSON bodies (an empty setup token is no setup token). */
 function credentials(fields: FormFields) {
   const token = field(fields, 'setup_token').trim();
+  const invitation = field(fields, 'invitation').trim();
   return {
     email: field(fields, 'email').trim(),
     password: field(fields, 'password'),
     ...(token ? { setup_token: token } : {}),
+    ...(invitation ? { invitation } : {}),
   };
 }
 
@@ -66,7 +68,11 @@ export default async function accountRoutes(
       config: { auth: 'public', rateLimit, form: credentials },
       schema: {
         tags: ['accounts'],
-        body: Type.Object({ ...Credentials, setup_token: Type.Optional(Type.String({ maxLength: 256 })) }),
+        body: Type.Object({
+          ...Credentials,
+          setup_token: Type.Optional(Type.String({ maxLength: 256 })),
+          invitation: Type.Optional(Type.String({ maxLength: 256, description: 'From an invitation link' })),
+        }),
         response: { 201: Ok({ user: UserJson }), ...errors(400, 403, 429) },
       },
     },

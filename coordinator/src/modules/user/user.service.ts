@@ -8,6 +8,7 @@ import type { Actor } from '../common/actor.ts';
 import { constantTimeEqual, hashToken } from '../common/crypto.ts';
 import { BadRequestError, ForbiddenError, NotFoundError, UnauthorizedError } from '../common/errors.ts';
 import { dummyPasswordHash, hashPassword, verifyPassword } from './password.ts';
+import { Invitation } from './invitation.entity.ts';
 import { type IUser, type Role, Session, User } from './user.entity.ts';
 
 export interface UserJson {
@@ -54,7 +55,7 @@ export class UserService {
   }
 
   async register(
-    input: { email: string; password: string; setup_token?: string },
+    input: { email: string; password: string; setup_token?: string; invitation?: string },
     client: ClientInfo,
   ): Promise<{ user: UserJson; sessionId: string }> {
     const email = normaliseEmail(input.email);
@@ -63,7 +64,23 @@ export class UserService {
       // Serialise registrations so two racing "first" accounts cannot both become admin.
       await em.execute('select pg_advisory_xact_lock(hashtext(?))', [REGISTER_LOCK]);
       const first = (await em.count(User, {})) === 0;
-      if (first) {
+      // An invitation for this address opens registration for it, with the role it names.
+      const invitation =
+        !first && input.invitation
+          ? await em.findOne(Invitation, {
+              tokenHash: hashToken(input.invitation),
+              email,
+              acceptedAt: null,
+              revokedAt: null,
+              expiresAt: { $gt: new Date() },
+            })
+          : null;
+      if (!first && input.invitation && !invitation) {
+        throw new ForbiddenError('This invitation is not valid for this email (used, revoked or expired?)');
+      }
+      if (invitation) {
+        invitation.acceptedAt = new Date();
+      } else if (first) {
         const token = this.#policy.setupToken;
         if (token !== null && !(input.setup_token && constantTimeEqual(input.setup_token, token))) {
           throw new ForbiddenError(
@@ -76,7 +93,11 @@ export class UserService {
       if (await em.findOne(User, { email })) {
         throw new BadRequestError('This email cannot be registered');
       }
-      const user = em.create(User, { email, passwordHash, role: first ? 'admin' : 'viewer' });
+      const user = em.create(User, {
+        email,
+        passwordHash,
+        role: first ? 'admin' : (invitation?.role ?? 'viewer'),
+      });
       recordAudit(em, userActor(user), 'user.register', { type: 'user', id: user.id }, { role: user.role });
       const sessionId = this.#createSession(em, user, client);
       return { user: userJson(user), sessionId };
