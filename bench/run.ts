@@ -12,12 +12,14 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { type EmbeddedPostgres, startEmbeddedPostgres } from '../coordinator/src/db/embedded-postgres.ts';
+import { deployRead } from './deploy-read.ts';
 import { dispatchLatency } from './dispatch-latency.ts';
 import { type Benchmark, type BenchOutcome, Cleanup, fmt, formatTable } from './lib/harness.ts';
 import { logIngest } from './log-ingest.ts';
 import { outputThroughput } from './output-throughput.ts';
+import { wsFanIn } from './ws-fan-in.ts';
 
-const BENCHMARKS: Benchmark[] = [dispatchLatency, outputThroughput, logIngest];
+const BENCHMARKS: Benchmark[] = [dispatchLatency, outputThroughput, logIngest, deployRead, wsFanIn];
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const EMBEDDED_PORT = 54331;
 
@@ -137,8 +139,10 @@ async function main(): Promise<number> {
       log(`${bench.name}: done in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
     } catch (err) {
       failed++;
+      const cause =
+        err instanceof Error && err.cause !== undefined ? `\ncaused by: ${String(err.cause)}` : '';
       console.error(
-        `[bench] ${bench.name} FAILED: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`,
+        `[bench] ${bench.name} FAILED: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}${cause}`,
       );
     } finally {
       await scope.run();
