@@ -55,21 +55,19 @@ export class UserAdminService {
   }
 
   async list(): Promise<UserListJson[]> {
-    const rows = await this.#orm.em
-      .fork()
-      .execute<
-        Array<{
-          id: string;
-          email: string;
-          role: Role;
-          created_at: Date | string;
-          last_seen_at: Date | string | null;
-        }>
-      >(
-        `select u.id, u.email, u.role, u.created_at,
+    const rows = await this.#orm.em.fork().execute<
+      Array<{
+        id: string;
+        email: string;
+        role: Role;
+        created_at: Date | string;
+        last_seen_at: Date | string | null;
+      }>
+    >(
+      `select u.id, u.email, u.role, u.created_at,
               (select max(s.last_seen_at) from sessions s where s.user_id = u.id) as last_seen_at
          from users u order by u.created_at`,
-      );
+    );
     return rows.map((r) => ({
       id: r.id,
       email: r.email,
