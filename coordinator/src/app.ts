@@ -17,6 +17,7 @@ import { type Config, isLoopbackHost } from './config.ts';
 import { AgentWebSocket } from './modules/agent/agent-websocket.ts';
 import { deriveKey, SecretBox } from './modules/common/crypto.ts';
 import { pgRateLimitStore } from './modules/rate-limit/pg-rate-limit-store.ts';
+import { SmtpSettingsService } from './modules/settings/smtp-settings.service.ts';
 import { Mailer, type SmtpSettings, smtpSettingsFromEnv } from './modules/mail/mailer.ts';
 import auth from './plugins/auth.ts';
 import bodyParsers from './plugins/body-parsers.ts';
@@ -41,6 +42,7 @@ import projectRoutes from './routes/projects.ts';
 import sshHostKeyRoutes from './routes/ssh-host-key.ts';
 import agentDownloadRoutes from './routes/agent-download.ts';
 import tokenRoutes from './routes/tokens.ts';
+import settingsRoutes from './routes/settings.ts';
 import userRoutes from './routes/users.ts';
 import webhookRoutes from './routes/webhook.ts';
 
@@ -102,7 +104,9 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     return publicUrlOf(config, typeof address === 'object' && address ? address.port : undefined);
   };
   const box = new SecretBox(deriveKey(deps.rootSecret, 'secrets-at-rest'));
-  const mailer = new Mailer(deps.smtpSettings ?? (async () => smtpSettingsFromEnv(envSmtp(config))), app.log);
+  // Mail settings: the environment's, else those an admin stored (encrypted); tests may inject their own.
+  const smtpSettings = new SmtpSettingsService(deps.orm, box, smtpSettingsFromEnv(envSmtp(config)));
+  const mailer = new Mailer(deps.smtpSettings ?? (() => smtpSettings.effective()), app.log);
 
   // External plugins.
   await app.register(
@@ -154,6 +158,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       orm: deps.orm,
       box,
       mailer,
+      smtpSettings,
       registration: {
         mode: config.registration,
         setupToken: setupTokenNeeded(config)
@@ -195,6 +200,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(tokenRoutes);
   await app.register(auditRoutes);
   await app.register(userRoutes);
+  await app.register(settingsRoutes);
   await app.register(deliveryRoutes);
   await app.register(projectHookRoutes);
   await app.register(webhookRoutes, { bodyLimit: config.webhookBodyLimit });

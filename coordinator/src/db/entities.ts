@@ -10,6 +10,7 @@ import {
 } from '../modules/notification/notification.entity.ts';
 import { Project } from '../modules/project/project.entity.ts';
 import { RateLimitHit } from '../modules/rate-limit/rate-limit-hit.entity.ts';
+import { Setting } from '../modules/settings/setting.entity.ts';
 import { ApiToken } from '../modules/token/api-token.entity.ts';
 import { Invitation } from '../modules/user/invitation.entity.ts';
 import { Session, User } from '../modules/user/user.entity.ts';
@@ -33,4 +34,5 @@ export const entities = [
   NotificationAttempt,
   RateLimitHit,
   Invitation,
+  Setting,
 ];

@@ -21,6 +21,7 @@ import { NotificationWorker } from '../modules/notification/notification.worker.
 import { ProjectService } from '../modules/project/project.service.ts';
 import { SSH_DEFAULTS, SshRunner } from '../modules/ssh/ssh-runner.ts';
 import { ApiTokenService } from '../modules/token/api-token.service.ts';
+import type { SmtpSettingsService } from '../modules/settings/smtp-settings.service.ts';
 import { UserAdminService } from '../modules/user/user-admin.service.ts';
 import { type RegistrationPolicy, UserService } from '../modules/user/user.service.ts';
 import { WebhookService } from '../modules/webhook/webhook.service.ts';
@@ -50,6 +51,8 @@ export interface Services {
   deployments: DeploymentService;
   webhooks: WebhookService;
   mailer: Mailer;
+  /** Where mail settings come from (environment, else stored). */
+  smtpSettings: SmtpSettingsService;
   notifications: NotificationService;
   notifier: NotificationWorker;
 }
@@ -72,6 +75,8 @@ export interface ServiceOptions {
   schedulerIntervalMs: number;
   box: SecretBox;
   mailer: Mailer;
+  /** Where mail settings come from (environment, else stored). */
+  smtpSettings: SmtpSettingsService;
   registration: RegistrationPolicy;
   sessionTtlMs: number;
   publicUrl: () => string;
@@ -191,6 +196,7 @@ export function createServices(o: ServiceOptions): Services {
     deployments,
     webhooks,
     mailer: o.mailer,
+    smtpSettings: o.smtpSettings,
     notifications: new NotificationService(o.orm, o.box),
     notifier: new NotificationWorker({
       orm: o.orm,

@@ -8,6 +8,7 @@ import { Migration20261122031541_notifications } from './Migration20261122031541
 import { Migration20261122040000_rate_limits } from './Migration20261122040000_rate_limits.ts';
 import { Migration20261122041000_audit_origin } from './Migration20261122041000_audit_origin.ts';
 import { Migration20261122041151_invitations } from './Migration20261122041151_invitations.ts';
+import { Migration20261122041625_settings } from './Migration20261122041625_settings.ts';
 
 export const migrations = [
   { name: 'Migration20261122002648_initial', class: Migration20261122002648_initial },
@@ -19,4 +20,5 @@ export const migrations = [
   { name: 'Migration20261122040000_rate_limits', class: Migration20261122040000_rate_limits },
   { name: 'Migration20261122041000_audit_origin', class: Migration20261122041000_audit_origin },
   { name: 'Migration20261122041151_invitations', class: Migration20261122041151_invitations },
+  { name: 'Migration20261122041625_settings', class: Migration20261122041625_settings },
 ];
