@@ -292,20 +292,80 @@ async function confirmHostKey(io: InstallIo, where: string, fp: string, algorith
   }
 }
 
+/** Host key algorithms, one group per kind of key (the name a key blob carries comes first). */
+const HOST_KEY_KINDS = [
+  ['ssh-ed25519'],
+  ['ecdsa-sha2-nistp256'],
+  ['ecdsa-sha2-nistp384'],
+  ['ecdsa-sha2-nistp521'],
+  ['ssh-rsa', 'rsa-sha2-512', 'rsa-sha2-256'],
+];
+
+/**
+ * Connects and logs in. With --host-key-fingerprint, a host whose first key does not match is
+ * asked for each other kind of key it may hold (the pin may name its RSA key, say); only a key
+ * that matches is accepted.
+ */
 async function connect(
   o: InstallOptions,
   io: InstallIo,
 ): Promise<{ remote: Remote; fingerprint: string; algorithm: string }> {
   const ssh2 = await loadSsh2();
   const auth = await authentication(ssh2, o, io.env);
+  try {
+    return await connectOnce(ssh2, auth, o, io, undefined);
+  } catch (first) {
+    if (!(first instanceof HostKeyRefused) || o.fingerprint === null) throw first;
+    for (const kinds of HOST_KEY_KINDS) {
+      if (kinds.includes(first.algorithm)) continue;
+      try {
+        return await connectOnce(ssh2, auth, o, io, kinds);
+      } catch (err) {
+        if (err instanceof HostKeyRefused || err instanceof NoSuchHostKey) continue;
+        throw err;
+      }
+    }
+    throw first;
+  }
+}
+
+class HostKeyRefused extends UsageError {
+  readonly algorithm: string;
+  constructor(message: string, algorithm: string) {
+    super(message);
+    this.algorithm = algorithm;
+  }
+}
+
+class NoSuchHostKey extends Error {}
+
+async function connectOnce(
+  ssh2: typeof Ssh2,
+  auth: Partial<ConnectConfig>,
+  o: InstallOptions,
+  io: InstallIo,
+  kinds: string[] | undefined,
+): Promise<{ remote: Remote; fingerprint: string; algorithm: string }> {
   const where = `${o.user}@${o.host}:${o.port}`;
   let presented: { fingerprint: string; algorithm: string } | undefined;
   let refused: CliError | undefined;
   const client: SshClient = new ssh2.Client();
   await new Promise<void>((resolve, reject) => {
     client.once('ready', () => resolve());
-    client.once('error', (err: Error & { level?: string }) => {
+    // (After `ready` a rejection changes nothing.)
+    client.on('close', () =>
+      reject(
+        refused ??
+          (kinds && !presented
+            ? new NoSuchHostKey('closed')
+            : new HostError(`Cannot connect to ${where}: the connection closed during login`)),
+      ),
+    );
+    client.on('error', (err: Error & { level?: string }) => {
+      client.end();
       if (refused) reject(refused);
+      // Asked for one kind of key only: a host without it hangs up before showing any.
+      else if (kinds && !presented) reject(new NoSuchHostKey(err.message));
       else if (err.level === 'client-authentication')
         reject(
           new HostError(
@@ -321,14 +381,16 @@ async function connect(
       readyTimeout: 20_000,
       tryKeyboard: false,
       ...auth,
+      ...(kinds ? { algorithms: { serverHostKey: kinds } } : {}),
       hostVerifier: (key: Buffer, verify: (ok: boolean) => void) => {
         presented = { fingerprint: fingerprintOf(key), algorithm: keyAlgorithm(key) };
         const fp = presented.fingerprint;
         if (o.fingerprint !== null) {
           const ok = fp === o.fingerprint.replace(/=+$/, '');
           if (!ok)
-            refused = new UsageError(
+            refused = new HostKeyRefused(
               `Host key verification failed for ${where}: it presented ${fp} (${presented.algorithm}), not ${o.fingerprint}. Nothing was sent.`,
+              presented.algorithm,
             );
           verify(ok);
           return;

@@ -27,6 +27,7 @@ let repo: TestRepo | undefined;
 let tmp: string;
 let keyFile: string;
 let fingerprint: string;
+let rsaFingerprint: string;
 /** Folders the installer put agents in (their pid files stop them after the tests). */
 const installed: string[] = [];
 /** The agent the install test put on the host, for the upgrade test. */
@@ -89,7 +90,13 @@ beforeAll(async () => {
   const pair = sshUtils.generateKeyPairSync('ed25519', { comment: 'deckhand-installer-test' });
   keyFile = join(tmp, 'id_ed25519');
   await writeFile(keyFile, pair.private, { mode: 0o600 });
-  sshd = await startSshd({ authorizedKeys: [pair.public] });
+  // A second host key (RSA): the upgrade test pins that one.
+  const rsaKey = join(tmp, 'ssh_host_rsa_key');
+  await exec('ssh-keygen', ['-q', '-t', 'rsa', '-b', '2048', '-N', '', '-f', rsaKey]);
+  rsaFingerprint = (await exec('ssh-keygen', ['-l', '-E', 'sha256', '-f', `${rsaKey}.pub`])).stdout.split(
+    ' ',
+  )[1]!;
+  sshd = await startSshd({ authorizedKeys: [pair.public], extraConfig: [`HostKey ${rsaKey}`] });
   const pub = join(tmp, 'host.pub');
   await writeFile(pub, `${sshd.hostKeyLine.split(' ').slice(1).join(' ')}\n`);
   fingerprint = (await exec('ssh-keygen', ['-l', '-E', 'sha256', '-f', pub])).stdout.split(' ')[1]!;
@@ -247,7 +254,14 @@ describe('deckhand agents install', () => {
   it('upgrades: never to an older version, not to the same one, and replaces an older one, restarting it', async () => {
     const { name, dir } = installedAgent!;
     const file = join(dir, 'deckhand-agent.js');
-    const args = [...baseArgs(name, dir), '--host-key-fingerprint', fingerprint, '--node', process.execPath];
+    // Pinned by the host's RSA key, which is not the one a connection negotiates first.
+    const args = [
+      ...baseArgs(name, dir),
+      '--host-key-fingerprint',
+      rsaFingerprint,
+      '--node',
+      process.execPath,
+    ];
     const version = JSON.parse(readFileSync(join(repoRoot, 'agent', 'package.json'), 'utf8')).version;
     const setInstalled = async (v: string) => {
       const text = readFileSync(file, 'utf8').replace(
@@ -273,6 +287,7 @@ describe('deckhand agents install', () => {
     const pidBefore = readFileSync(join(dir, 'agent.pid'), 'utf8').trim();
     const newer = await runInstall(args, 'upgrade');
     expect(newer.code, newer.stdout + newer.stderr).toBe(0);
+    expect(newer.stdout).toContain(`Host key ${rsaFingerprint} (ssh-rsa) matches --host-key-fingerprint.`);
     expect(newer.stdout).toContain(`Replaced deckhand-agent 0.0.1 with ${version} in ${dir}.`);
     expect(newer.stdout).toContain(`${name} is online (agent ${version}).`);
     expect(readFileSync(file, 'utf8')).toMatch(

@@ -34,6 +34,8 @@ let head: string;
 let privateKey: string;
 /** The server's host key fingerprint, as `ssh-keygen -l` prints it. */
 let fingerprint: string;
+/** Its second host key's (RSA). */
+let rsaFingerprint: string;
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the deployment detail JSON
 type Detail = any;
@@ -135,10 +137,16 @@ beforeAll(async () => {
   keyDir = await mkdtemp(join(tmpdir(), 'deckhand-ssh-keys-'));
   const pair = sshUtils.generateKeyPairSync('ed25519', { comment: 'deckhand-test-target' });
   privateKey = pair.private;
+  // A second host key, RSA: a pin may name any key the host holds.
+  const rsaKey = join(keyDir, 'ssh_host_rsa_key');
+  await exec('ssh-keygen', ['-q', '-t', 'rsa', '-b', '2048', '-N', '', '-f', rsaKey]);
+  rsaFingerprint = (await exec('ssh-keygen', ['-l', '-E', 'sha256', '-f', `${rsaKey}.pub`])).stdout.split(
+    ' ',
+  )[1]!;
   // Where projects go on the host: the host's sshd says so, as an admin may set it.
   sshd = await startSshd({
     authorizedKeys: [pair.public],
-    extraConfig: [`SetEnv DECKHAND_WORK_DIR=${workDir}`],
+    extraConfig: [`SetEnv DECKHAND_WORK_DIR=${workDir}`, `HostKey ${rsaKey}`],
   });
   // The fingerprint as OpenSSH computes it, independently of Deckhand's own code.
   const pub = join(keyDir, 'host.pub');
@@ -167,7 +175,7 @@ afterAll(async () => {
 }, 30_000);
 
 describe('fetching a host key', () => {
-  it('shows the fingerprint and algorithm the host presents, as ssh-keygen prints them', async () => {
+  it('shows the fingerprint and algorithm the host presents, and all its keys, as ssh-keygen prints them', async () => {
     const res = await admin.post('/projects/host-key', { host: '127.0.0.1', port: sshd!.port });
     expect(res.status, res.text).toBe(200);
     expect(res.json).toEqual({
@@ -176,6 +184,10 @@ describe('fetching a host key', () => {
       port: sshd!.port,
       fingerprint,
       algorithm: 'ssh-ed25519',
+      keys: [
+        { fingerprint, algorithm: 'ssh-ed25519' },
+        { fingerprint: rsaFingerprint, algorithm: 'ssh-rsa' },
+      ],
     });
   });
 
@@ -281,6 +293,13 @@ describe('a deploy over SSH', () => {
     expect(readFileSync(join(project, 'app.txt'), 'utf8')).toBe('served over ssh\n');
     // Nothing secret on a command line the host could show: the secret travels on stdin.
     expect(await diagnostics()).not.toContain('sk-live-over-ssh-secret');
+  });
+
+  it('accepts a pin of any key the host holds (here its RSA key), and only that key', async () => {
+    const { id } = await sshProject({ ssh: { host_key_fingerprint: rsaFingerprint } });
+    const d = await waitForEnd(await deploy(id));
+    expect(d.deployment.status, JSON.stringify(d.logs)).toBe('success');
+    expect(d.logs[0].log).toContain(`connected; host key ${rsaFingerprint} verified\n`);
   });
 
   it('keeps running past the lease: the coordinator renews the leases of the SSH jobs it holds', async () => {

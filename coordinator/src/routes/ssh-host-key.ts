@@ -7,7 +7,7 @@ import Type from 'typebox';
 import { UpstreamError } from '../modules/common/errors.ts';
 import { errors, Ok } from '../modules/common/schemas.ts';
 import { SshHost, SshPort } from '../modules/project/project.schema.ts';
-import { fetchHostKey, HostKeyFetchError } from '../modules/ssh/host-key.ts';
+import { fetchHostKeys, HostKeyFetchError } from '../modules/ssh/host-key.ts';
 
 const HostKeyBody = Type.Object(
   { host: SshHost, port: Type.Optional(SshPort) },
@@ -30,6 +30,10 @@ export default async function sshHostKeyRoutes(instance: FastifyInstance) {
             port: Type.Integer(),
             fingerprint: Type.String({ description: 'SHA256:<base64>, as OpenSSH prints it' }),
             algorithm: Type.String({ description: 'e.g. ssh-ed25519' }),
+            keys: Type.Array(Type.Object({ fingerprint: Type.String(), algorithm: Type.String() }), {
+              description:
+                'Every host key the host holds (the first is the one above); any of them may be pinned',
+            }),
           }),
           ...errors(400, 401, 403, 502),
         },
@@ -39,8 +43,8 @@ export default async function sshHostKeyRoutes(instance: FastifyInstance) {
       const { host } = request.body;
       const port = request.body.port ?? 22;
       try {
-        const key = await fetchHostKey(host.replace(/^\[(.*)\]$/, '$1'), port);
-        return { success: true as const, host, port, ...key };
+        const keys = await fetchHostKeys(host.replace(/^\[(.*)\]$/, '$1'), port);
+        return { success: true as const, host, port, ...keys[0]!, keys };
       } catch (err) {
         if (err instanceof HostKeyFetchError) throw new UpstreamError(err.message);
         throw err;

@@ -5,6 +5,7 @@
 // (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`) before pinning it in the project.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import ssh2 from 'ssh2';
+import type { ServerHostKeyAlgorithm } from 'ssh2';
 
 /** `SHA256:<base64, no padding>` of a key blob, as `ssh-keygen -l` and `ssh` print it. */
 export function fingerprintOf(keyBlob: Buffer): string {
@@ -47,7 +48,12 @@ export class HostKeyFetchError extends Error {}
  * Connects to host:port, reads the host key the server presents in the key exchange and hangs up
  * before authenticating. Rejects with HostKeyFetchError when nothing SSH answers there.
  */
-export function fetchHostKey(host: string, port: number, timeoutMs = 10_000): Promise<HostKey> {
+export function fetchHostKey(
+  host: string,
+  port: number,
+  timeoutMs = 10_000,
+  algorithms?: string[],
+): Promise<HostKey> {
   return new Promise((resolve, reject) => {
     const client = new ssh2.Client();
     let done = false;
@@ -83,6 +89,7 @@ export function fetchHostKey(host: string, port: number, timeoutMs = 10_000): Pr
       // Any user name: the connection ends at the host key, before authentication.
       username: 'deckhand-host-key',
       readyTimeout: timeoutMs,
+      ...(algorithms ? { algorithms: { serverHostKey: algorithms as ServerHostKeyAlgorithm[] } } : {}),
       hostVerifier: (key: Buffer) => {
         const presented = { fingerprint: fingerprintOf(key), algorithm: keyAlgorithm(key) };
         finish(() => resolve(presented));
@@ -91,3 +98,28 @@ export function fetchHostKey(host: string, port: number, timeoutMs = 10_000): Pr
     });
   });
 }
+
+/**
+ * Every host key the server holds, one per kind (ed25519, ECDSA, RSA), the one a default
+ * negotiation picks first; kinds the server does not have are left out. Rejects like
+ * fetchHostKey when the host does not answer at all.
+ */
+export async function fetchHostKeys(host: string, port: number, timeoutMs = 10_000): Promise<HostKey[]> {
+  const first = await fetchHostKey(host, port, timeoutMs);
+  const keys = [first];
+  for (const algorithms of HOST_KEY_KINDS) {
+    if (algorithms.includes(first.algorithm)) continue;
+    const key = await fetchHostKey(host, port, timeoutMs, algorithms).catch(() => null);
+    if (key && !keys.some((k) => k.fingerprint === key.fingerprint)) keys.push(key);
+  }
+  return keys;
+}
+
+/** Host key algorithms, one group per kind of key (the name a key blob carries comes first). */
+export const HOST_KEY_KINDS: string[][] = [
+  ['ssh-ed25519'],
+  ['ecdsa-sha2-nistp256'],
+  ['ecdsa-sha2-nistp384'],
+  ['ecdsa-sha2-nistp521'],
+  ['ssh-rsa', 'rsa-sha2-512', 'rsa-sha2-256'],
+];

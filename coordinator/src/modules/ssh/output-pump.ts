@@ -73,7 +73,15 @@ export class OutputPump implements OutputFlow {
     this.#pending.push(bytes);
     this.#pendingBytes += bytes.length;
     if (this.#pendingBytes >= MAX_CHUNK_BYTES) void this.#flush();
-    else this.#timer ??= setTimeout(() => void this.#flush(), FLUSH_MS);
+    else this.#arm();
+  }
+
+  /** A flush within FLUSH_MS (live output reaches viewers at least that often). */
+  #arm(): void {
+    this.#timer ??= setTimeout(() => {
+      this.#timer = undefined;
+      void this.#flush();
+    }, FLUSH_MS);
   }
 
   #flush(): Promise<void> {
@@ -82,8 +90,9 @@ export class OutputPump implements OutputFlow {
     this.#timer = undefined;
     if (this.#pendingBytes === 0) return Promise.resolve();
     this.#flushing = (async () => {
-      // A batch of at most 4 chunks; the rest waits for the next round.
+      // A batch of at most 4 chunks from the front; what is written meanwhile queues behind it.
       const all = Buffer.concat(this.#pending);
+      this.#pending = [all];
       const take = Math.min(all.length, 4 * MAX_CHUNK_BYTES);
       const batch: Array<{ offset: number; data: Buffer }> = [];
       for (let at = 0; at < take; at += MAX_CHUNK_BYTES) {
@@ -105,21 +114,22 @@ export class OutputPump implements OutputFlow {
         }
       }
       if (this.#dropped) {
-        this.#offset += all.length;
+        // The job is gone: nothing more is stored.
+        this.#offset += this.#pendingBytes;
         this.#pending = [];
         this.#pendingBytes = 0;
       } else {
         this.#offset += take;
+        this.#pendingBytes -= take;
         const rest = all.subarray(take);
-        this.#pending = rest.length > 0 ? [rest] : [];
-        this.#pendingBytes = rest.length;
+        this.#pending = rest.length > 0 ? [rest, ...this.#pending.slice(1)] : this.#pending.slice(1);
       }
     })().finally(() => {
       this.#flushing = null;
       if (!this.over) for (const fn of this.#below.splice(0)) fn();
       if (this.#pendingBytes > 0) {
         if (this.#pendingBytes >= MAX_CHUNK_BYTES) void this.#flush();
-        else this.#timer ??= setTimeout(() => void this.#flush(), FLUSH_MS);
+        else this.#arm();
       }
     });
     return this.#flushing;

@@ -6,7 +6,15 @@
 // a dropped connection ends that stdin too, so nothing keeps running unseen.
 import type { StepResult } from '@deckhand/protocol';
 import ssh2 from 'ssh2';
-import { fingerprintOf, type HostKey, hostKeyMismatch, keyAlgorithm, sameFingerprint } from './host-key.ts';
+import type { ServerHostKeyAlgorithm } from 'ssh2';
+import {
+  fingerprintOf,
+  HOST_KEY_KINDS,
+  type HostKey,
+  hostKeyMismatch,
+  keyAlgorithm,
+  sameFingerprint,
+} from './host-key.ts';
 import { ERROR_MARK, PREVIOUS_MARK, stepInput, wrapperCommand } from './remote-scripts.ts';
 
 export interface SshEndpoint {
@@ -24,13 +32,16 @@ export interface SshTimings {
   keepaliveMs: number;
 }
 
-export type ConnectFailure = 'host-key' | 'auth' | 'network';
+export type ConnectFailure = 'host-key' | 'auth' | 'network' | 'no-such-key';
 
 export class SshConnectError extends Error {
   readonly kind: ConnectFailure;
-  constructor(kind: ConnectFailure, message: string) {
+  /** For `host-key`: the key the host presented. */
+  readonly presented: HostKey | undefined;
+  constructor(kind: ConnectFailure, message: string, presented?: HostKey) {
     super(message);
     this.kind = kind;
+    this.presented = presented;
   }
 }
 
@@ -98,7 +109,34 @@ export class SshSession {
    * Connects and logs in. Rejects with SshConnectError: `host-key` when the host key is not the
    * pinned one (nothing was sent), `auth` when the key was refused, `network` otherwise.
    */
-  static connect(endpoint: SshEndpoint, privateKey: string, timings: SshTimings): Promise<SshSession> {
+  static async connect(endpoint: SshEndpoint, privateKey: string, timings: SshTimings): Promise<SshSession> {
+    try {
+      return await SshSession.#attempt(endpoint, privateKey, timings, undefined);
+    } catch (first) {
+      if (!(first instanceof SshConnectError) || first.kind !== 'host-key') throw first;
+      // A host holds one key per algorithm, and the pin may name another than the one negotiated
+      // first (e.g. the RSA key's fingerprint): each other algorithm is tried on its own. Only a
+      // key that matches the pin is ever accepted.
+      for (const algorithms of HOST_KEY_KINDS) {
+        if (first.presented && algorithms.includes(first.presented.algorithm)) continue;
+        try {
+          return await SshSession.#attempt(endpoint, privateKey, timings, algorithms);
+        } catch (err) {
+          if (err instanceof SshConnectError && (err.kind === 'host-key' || err.kind === 'no-such-key'))
+            continue;
+          throw err;
+        }
+      }
+      throw first;
+    }
+  }
+
+  static #attempt(
+    endpoint: SshEndpoint,
+    privateKey: string,
+    timings: SshTimings,
+    hostKeyAlgorithms: string[] | undefined,
+  ): Promise<SshSession> {
     return new Promise((resolve, reject) => {
       const client = new ssh2.Client();
       let presented: HostKey | undefined;
@@ -118,7 +156,16 @@ export class SshSession {
       });
       client.on('error', (err: Error & { level?: string }) => {
         if (presented && !sameFingerprint(presented.fingerprint, endpoint.hostKeyFingerprint)) {
-          fail(new SshConnectError('host-key', hostKeyMismatch(presented, endpoint.hostKeyFingerprint)));
+          fail(
+            new SshConnectError(
+              'host-key',
+              hostKeyMismatch(presented, endpoint.hostKeyFingerprint),
+              presented,
+            ),
+          );
+        } else if (hostKeyAlgorithms && !presented) {
+          // Asked for one kind of key only: a host without it hangs up before showing any.
+          fail(new SshConnectError('no-such-key', `the host has no ${hostKeyAlgorithms[0]} key`));
         } else if (err.level === 'client-authentication') {
           fail(
             new SshConnectError(
@@ -139,7 +186,12 @@ export class SshSession {
       });
       client.on('close', () =>
         fail(
-          new SshConnectError('network', 'could not connect over SSH: the connection closed during login'),
+          hostKeyAlgorithms && !presented
+            ? new SshConnectError('no-such-key', `the host has no ${hostKeyAlgorithms[0]} key`)
+            : new SshConnectError(
+                'network',
+                'could not connect over SSH: the connection closed during login',
+              ),
         ),
       );
       try {
@@ -153,6 +205,9 @@ export class SshSession {
           keepaliveCountMax: 3,
           // Only the key; never a password prompt, an agent or keyboard-interactive.
           tryKeyboard: false,
+          ...(hostKeyAlgorithms
+            ? { algorithms: { serverHostKey: hostKeyAlgorithms as ServerHostKeyAlgorithm[] } }
+            : {}),
           hostVerifier: (key: Buffer) => {
             presented = { fingerprint: fingerprintOf(key), algorithm: keyAlgorithm(key) };
             return sameFingerprint(presented.fingerprint, endpoint.hostKeyFingerprint);
