@@ -443,6 +443,24 @@ describe('stopping remote commands', () => {
     expect(await noProcessesLeft('sleep 312')).toEqual([]);
   });
 
+  it('stops a deployment past its deadline: timed_out with the limit, the group killed', async () => {
+    const { id } = await sshProject({
+      commands: ['echo started; sleep 306 & sleep 316'],
+      timeouts: { deployment_seconds: 3 },
+    });
+    const d = await waitForEnd(await deploy(id), 20_000);
+    expect(d.deployment).toMatchObject({
+      status: 'timed_out',
+      reason: 'The deployment ran longer than its limit of 3 s',
+    });
+    expect(d.logs[1]).toMatchObject({ status: 'timed_out' });
+    expect(d.logs[1].log).toMatch(
+      /^started\n\n\[deckhand\] timed out: The deployment ran longer than its limit of 3 s\n$/,
+    );
+    expect(await noProcessesLeft('sleep 306')).toEqual([]);
+    expect(await noProcessesLeft('sleep 316')).toEqual([]);
+  });
+
   it('stops a command past its timeout: timed_out, the group killed', async () => {
     const { id } = await sshProject({
       commands: ['echo started; sleep 303 & sleep 313'],
