@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { utils as sshUtils } from 'ssh2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, signUp } from '../helpers/coordinator.ts';
+import { type Client, signUp } from '../helpers/coordinator.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { createTestRepo, type TestRepo } from '../helpers/git.ts';
 import { type CoordinatorProcess, startCoordinatorProcess } from '../helpers/processes.ts';
