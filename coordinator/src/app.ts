@@ -42,6 +42,7 @@ import projectRoutes from './routes/projects.ts';
 import sshHostKeyRoutes from './routes/ssh-host-key.ts';
 import agentDownloadRoutes from './routes/agent-download.ts';
 import tokenRoutes from './routes/tokens.ts';
+import sessionRoutes from './routes/sessions.ts';
 import settingsRoutes from './routes/settings.ts';
 import userRoutes from './routes/users.ts';
 import webhookRoutes from './routes/webhook.ts';
@@ -201,6 +202,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(auditRoutes);
   await app.register(userRoutes);
   await app.register(settingsRoutes);
+  await app.register(sessionRoutes);
   await app.register(deliveryRoutes);
   await app.register(projectHookRoutes);
   await app.register(webhookRoutes, { bodyLimit: config.webhookBodyLimit });

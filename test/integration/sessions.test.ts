@@ -205,3 +205,34 @@ describe('sessions are server-side', () => {
     }
   });
 });
+
+describe('GET /sessions and DELETE /sessions/:id: a user sees and ends their own sessions', () => {
+  const coord = coordinatorFor({ REGISTRATION: 'open' });
+
+  it('lists the live sessions with where they came from, marks the current one, and ends another', async () => {
+    const account = await signUp(coord.current.url, uniqueEmail('sessions'), PASSWORD);
+    const laptop = new Client(coord.current.url);
+    expect((await laptop.post('/login', { email: account.email, password: PASSWORD })).status).toBe(200);
+    const listed = await account.client.get('/sessions');
+    expect(listed.status, listed.text).toBe(200);
+    const sessions = listed.json.sessions as Array<{ id: string; current: boolean; ip: string | null }>;
+    expect(sessions).toHaveLength(2);
+    expect(sessions.filter((s) => s.current)).toHaveLength(1);
+    expect(sessions.every((s) => s.ip === '127.0.0.1')).toBe(true);
+    // The listing does not reveal the cookie.
+    expect(listed.text).not.toContain(account.client.cookie!.split('=')[1]!.slice(0, 40));
+
+    const other = sessions.find((s) => !s.current)!;
+    expect((await account.client.request('DELETE', `/sessions/${other.id}`)).status).toBe(200);
+    expectJsonError(await laptop.get('/me'), 401);
+    expect((await account.client.get('/me')).status).toBe(200);
+    expect((await account.client.get('/sessions')).json.sessions).toHaveLength(1);
+
+    // Someone else's session is not yours to end.
+    const stranger = await signUp(coord.current.url, uniqueEmail('stranger'), PASSWORD);
+    const mine = (await account.client.get('/sessions')).json.sessions[0].id as string;
+    expectJsonError(await stranger.client.request('DELETE', `/sessions/${mine}`), 404);
+    expect((await account.client.get('/me')).status).toBe(200);
+    expectJsonError(await new Client(coord.current.url).get('/sessions'), 401);
+  });
+});

@@ -17,6 +17,18 @@ export interface UserJson {
   role: Role;
 }
 
+export interface SessionJson {
+  /** An opaque id (a digest of the cookie's secret, which it does not reveal). */
+  id: string;
+  created_at: string;
+  last_seen_at: string;
+  expires_at: string;
+  ip: string | null;
+  user_agent: string | null;
+  /** The session this request came with. */
+  current: boolean;
+}
+
 export interface RegistrationPolicy {
   mode: 'closed' | 'open';
   /** Required for the first account when the coordinator listens beyond loopback. */
@@ -142,6 +154,35 @@ export class UserService {
     await this.#orm.em
       .fork()
       .nativeUpdate(Session, { id: hashToken(sessionId), revokedAt: null }, { revokedAt: new Date() });
+  }
+
+  /** A user's live sessions (neither ended nor expired), most recently used first. */
+  async sessions(userId: string, currentSessionId: string | null): Promise<SessionJson[]> {
+    const rows = await this.#orm.em
+      .fork()
+      .find(
+        Session,
+        { user: userId, revokedAt: null, expiresAt: { $gt: new Date() } },
+        { orderBy: { lastSeenAt: 'desc' } },
+      );
+    const current = currentSessionId ? hashToken(currentSessionId) : null;
+    return rows.map((s) => ({
+      id: s.id,
+      created_at: s.createdAt.toISOString(),
+      last_seen_at: s.lastSeenAt.toISOString(),
+      expires_at: s.expiresAt.toISOString(),
+      ip: s.ip ?? null,
+      user_agent: s.userAgent ?? null,
+      current: s.id === current,
+    }));
+  }
+
+  /** Ends one of the user's own sessions (signing out another browser). */
+  async endSession(userId: string, id: string): Promise<void> {
+    const ended = await this.#orm.em
+      .fork()
+      .nativeUpdate(Session, { id, user: userId, revokedAt: null }, { revokedAt: new Date() });
+    if (ended === 0) throw new NotFoundError('Session not found');
   }
 
   /** From the server's shell: sets a new password and ends every session of that account. */
