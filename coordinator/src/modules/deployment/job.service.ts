@@ -63,6 +63,12 @@ const size = (n: number) =>
       ? `${Math.round(n / 1024)} KiB`
       : `${n} bytes`;
 
+/**
+ * Who reports on a job: the id of the agent it was given to, or null for a job with no agent (an
+ * SSH target's, run and reported by this coordinator). A report is accepted only from the job's own.
+ */
+export type Reporter = string | null;
+
 export class JobService {
   readonly #o: JobServiceOptions;
   /** Called when a deployment ends, so the scheduler can start the next one of its project. */
@@ -86,7 +92,7 @@ export class JobService {
   }
 
   /** The job, if it was given to this agent; an ended one only when `endedOk` (re-sent output). */
-  async #job(agentId: string, jobId: string, em = this.#em(), endedOk = false): Promise<JobRow> {
+  async #job(agentId: Reporter, jobId: string, em = this.#em(), endedOk = false): Promise<JobRow> {
     const [job] = await em.execute<JobRow[]>(
       'select id, deployment_id, agent_id, host, status from deployment_jobs where id = ?',
       [jobId],
@@ -249,7 +255,7 @@ export class JobService {
 
   // --- what agents report -------------------------------------------------------------------
 
-  async accepted(agentId: string, jobId: string): Promise<void> {
+  async accepted(agentId: Reporter, jobId: string): Promise<void> {
     const job = await this.#job(agentId, jobId);
     await this.#em().execute(
       `update deployment_jobs set status = 'running', started_at = coalesce(started_at, now())
@@ -258,7 +264,7 @@ export class JobService {
     );
   }
 
-  async stepStarted(agentId: string, jobId: string, step: number, cmd: string): Promise<void> {
+  async stepStarted(agentId: Reporter, jobId: string, step: number, cmd: string): Promise<void> {
     const job = await this.#job(agentId, jobId);
     await this.#openEntry(job, step, cmd, this.#em());
     this.#o.events.changed(job.deployment_id);
@@ -326,7 +332,7 @@ export class JobService {
    * a step that already ended is acknowledged and dropped: its entry is complete.
    */
   async outputs(
-    agentId: string,
+    agentId: Reporter,
     chunks: Array<{ jobId: string; step: number; offset: number; data: Buffer }>,
   ): Promise<Array<{ jobId: string; step: number; offset: number }>> {
     const em = this.#em();
@@ -378,7 +384,7 @@ export class JobService {
   }
 
   /** The job, if it was given to this agent (ended ones too: re-sent output); cached while it runs. */
-  async #ownedJob(agentId: string, jobId: string, em: EntityManager): Promise<JobRow> {
+  async #ownedJob(agentId: Reporter, jobId: string, em: EntityManager): Promise<JobRow> {
     const cached = this.#jobs.get(jobId);
     if (cached) {
       if (cached.agent_id !== agentId)
@@ -391,7 +397,7 @@ export class JobService {
   }
 
   async stepFinished(
-    agentId: string,
+    agentId: Reporter,
     jobId: string,
     step: number,
     result: { exitCode: number | null; signal: string | null; outputBytes: number; error?: string },
@@ -469,7 +475,7 @@ export class JobService {
     });
   }
 
-  async jobFinished(agentId: string, jobId: string, status: JobStatus, reason?: string): Promise<void> {
+  async jobFinished(agentId: Reporter, jobId: string, status: JobStatus, reason?: string): Promise<void> {
     const job = await this.#job(agentId, jobId);
     await this.#endJob(job, status, reason ?? null);
   }

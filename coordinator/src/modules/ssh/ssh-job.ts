@@ -16,7 +16,7 @@ import {
 } from '@deckhand/protocol';
 import type { Logger } from 'pino';
 import type { JobStatus } from '../deployment/deployment.entity.ts';
-import { type JobService, LateMessage, ProtocolViolation } from '../deployment/job.service.ts';
+import { type JobService, LateMessage, ProtocolViolation, type Reporter } from '../deployment/job.service.ts';
 import { OutputPump } from './output-pump.ts';
 import { activateScript, checkoutScript, switchBackScript } from './remote-scripts.ts';
 import {
@@ -33,7 +33,7 @@ import {
  * Who reports for SSH jobs. JobService accepts a report only from the job's own agent
  * (`deployment_jobs.agent_id`); an SSH job has none (null), and this coordinator reports for it.
  */
-export const SSH_REPORTER = null as unknown as string;
+export const SSH_REPORTER: Reporter = null;
 
 export type SshStopStatus = 'cancelled' | 'timed_out' | 'failed';
 
