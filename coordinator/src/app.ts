@@ -130,8 +130,10 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     options: { maxPayload: 2 * MAX_FRAME_BYTES, WebSocket: AgentWebSocket as unknown as WebSocketClass },
     // The plugin's own pre-close would close every socket without a code (1005) before the agent
     // hub could say GOING_AWAY and store what they sent; the hub closes them (services' preClose).
-    // Closing the server here refuses new upgrades meanwhile (503).
+    // New upgrades are refused meanwhile: without an upgrade listener Node destroys such a socket
+    // at once (one left waiting would hold the HTTP server's close until the agent gives up).
     preClose(done) {
+      this.server.removeAllListeners('upgrade');
       this.websocketServer.close();
       done();
     },

@@ -47,6 +47,7 @@ async function shutdown(signal: string) {
   force.unref();
   try {
     await app.close();
+    log.info('HTTP server closed: closing the database');
     await db.close();
     log.info('stopped');
     process.exit(0);

@@ -19,6 +19,7 @@ import {
   stopAll,
   tails,
 } from '../helpers/faults-coordinator.ts';
+import { captureEvents } from '../helpers/fault-harness.ts';
 import { createTestRepo, type TestRepo } from '../helpers/git.ts';
 import type { CoordinatorProcess } from '../helpers/processes.ts';
 
@@ -64,14 +65,32 @@ describe('SIGTERM while agents are connected', () => {
         return t;
       }),
     );
+    // A viewer follows a deployment that waits (its agent never comes): its stream stays open
+    // until the coordinator ends it.
+    const waiting = await admin.deploy(
+      await admin.createProject({
+        name: 'waits',
+        forge_url: repo.url,
+        commands: ['true'],
+        target: { agents: { names: ['nobody'] } },
+      }),
+    );
     for (let round = 1; round <= 3; round++) {
       await admin.waitForOnline(['calm']);
       const connections = await Promise.all(raw.map((t) => RawAgent.welcomed(coordinator.url, t)));
       raws.push(...connections);
+      const viewer = captureEvents(coordinator.url, admin.client.cookie!, waiting);
       await sleep(300);
       const started = Date.now();
       coordinator.proc.child.kill('SIGTERM');
+      // Agents knocking while it stops (as reconnecting agents do) must not hold the stop up.
+      const knocking = setInterval(() => {
+        const knock = new RawAgent(coordinator.url, raw[0]!);
+        knock.opened.catch(() => undefined);
+        raws.push(knock);
+      }, 10);
       const exit = await coordinator.proc.exited;
+      clearInterval(knocking);
       const tookMs = Date.now() - started;
       const output = coordinator.proc.output();
       expect(
@@ -84,6 +103,12 @@ describe('SIGTERM while agents are connected', () => {
       expect
         .soft(codes, `round ${round}: close codes the agents saw`)
         .toEqual(connections.map(() => CloseCode.GOING_AWAY));
+      // The stream was ended, not cut: the browser reconnects with Last-Event-ID.
+      const { events } = await viewer.done;
+      expect(
+        events.some((e) => e.event === 'deployment'),
+        `round ${round}`,
+      ).toBe(true);
       await coordinator.restart();
     }
     // The real agent was never told to give up, and works with the coordinator that is back.

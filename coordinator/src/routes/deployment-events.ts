@@ -15,6 +15,13 @@ function frame(e: StreamEvent): string {
 }
 
 export default async function deploymentEventRoutes(app: FastifyInstance) {
+  // Open streams end when the coordinator stops (they would hold its HTTP server open): the
+  // browser's EventSource reconnects with Last-Event-ID, to this process again or another.
+  const open = new Set<() => void>();
+  app.addHook('preClose', async () => {
+    for (const finish of [...open]) finish();
+  });
+
   app.get(
     '/deploy/:id/events',
     {
@@ -53,6 +60,7 @@ export default async function deploymentEventRoutes(app: FastifyInstance) {
       const finish = () => {
         if (closed) return;
         closed = true;
+        open.delete(finish);
         unsubscribe();
         clearInterval(keepalive);
         res.end();
@@ -82,6 +90,7 @@ export default async function deploymentEventRoutes(app: FastifyInstance) {
       });
       const keepalive = setInterval(() => res.write(': keep-alive\n\n'), KEEPALIVE_MS);
       request.raw.on('close', finish);
+      open.add(finish);
       void pump();
     },
   );
