@@ -1,6 +1,6 @@
 // An SSH job when the coordinator running it is SIGKILLed mid-command (its own process, a real
 // sshd as the host): the host stops the command's whole process group as the connection dies,
-// and the restarted coordinator ends the job `failed` (agent lost) once the lease and the
+// and the restarted coordinator ends the job `failed` (coordinator lost) once the lease and the
 // start-up grace have run out — nothing stays `running`. The next deployment runs normally.
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -95,7 +95,7 @@ afterAll(async () => {
 }, 30_000);
 
 describe('the coordinator running an SSH job is killed', () => {
-  it('the host stops the command; after a restart the job ends failed, agent lost; the next one runs', async () => {
+  it('the host stops the command; after a restart the job ends failed, coordinator lost; the next one runs', async () => {
     const first = (await admin.post('/deploy', { projectId })).json.deployId as string;
     await waitFor(first, (d) => d.logs.some((l: { log: string }) => l.log.includes('started\n')), 'output');
     expect(await processesWith('sleep 351')).toHaveLength(1);
@@ -115,10 +115,10 @@ describe('the coordinator running an SSH job is killed', () => {
     const ended = await waitFor(first, (d) => d.deployment.status !== 'running', 'the end of the lost job');
     expect(ended.deployment).toMatchObject({
       status: 'failed',
-      reason: `${sshd.user}@127.0.0.1:${sshd.port}: agent lost`,
+      reason: `${sshd.user}@127.0.0.1:${sshd.port}: coordinator lost (SSH)`,
     });
     expect(ended.logs[1]).toMatchObject({ status: 'failed' });
-    expect(ended.logs[1].log).toMatch(/^started\n\n\[deckhand\] agent lost\n$/);
+    expect(ended.logs[1].log).toMatch(/^started\n\n\[deckhand\] coordinator lost \(SSH\)\n$/);
 
     await admin.request('PATCH', `/projects/${projectId}`, { json: { commands: ['cat app.txt'] } });
     const second = (await admin.post('/deploy', { projectId })).json.deployId as string;

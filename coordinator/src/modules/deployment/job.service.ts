@@ -158,7 +158,10 @@ export class JobService {
     );
   }
 
-  /** Jobs whose agent has been silent past the lease end `failed`: agent lost. */
+  /**
+   * Jobs whose agent has been silent past the lease end `failed`: agent lost. An SSH job (no
+   * agent) whose lease ran out lost the coordinator process that ran it.
+   */
   async expireLeases(): Promise<number> {
     // Not while its agent is connected and heard from (its renewal may simply not have run yet,
     // e.g. just after it reconnected): lost means gone.
@@ -170,7 +173,9 @@ export class JobService {
                              and a.last_seen_at > now() - ? * interval '1 millisecond')`,
       [this.#o.leaseMs],
     );
-    for (const job of expired) await this.#endJob(job, 'failed', 'agent lost');
+    for (const job of expired) {
+      await this.#endJob(job, 'failed', job.agent_id === null ? 'coordinator lost (SSH)' : 'agent lost');
+    }
     return expired.length;
   }
 

@@ -3,7 +3,7 @@
 // each as an SshJob, and while it holds them renews their leases every tick — an SSH job has no
 // agent to be heard from, so without the renewal JobService.expireLeases would give it up as
 // lost — and picks up cancels and deadlines asked for on any replica. If this process dies, the
-// renewals stop with it: its jobs end `failed` (agent lost) once their lease and the start-up
+// renewals stop with it: its jobs end `failed` (coordinator lost) once their lease and the start-up
 // grace run out, and on the hosts the steps stop as their SSH connections close.
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
