@@ -12,6 +12,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { type EmbeddedPostgres, startEmbeddedPostgres } from '../coordinator/src/db/embedded-postgres.ts';
+import { agentCapacity } from './agent-capacity.ts';
 import { deployRead } from './deploy-read.ts';
 import { dispatchLatency } from './dispatch-latency.ts';
 import { type Benchmark, type BenchOutcome, Cleanup, fmt, formatTable } from './lib/harness.ts';
@@ -19,7 +20,14 @@ import { logIngest } from './log-ingest.ts';
 import { outputThroughput } from './output-throughput.ts';
 import { wsFanIn } from './ws-fan-in.ts';
 
-const BENCHMARKS: Benchmark[] = [dispatchLatency, outputThroughput, logIngest, deployRead, wsFanIn];
+const BENCHMARKS: Benchmark[] = [
+  dispatchLatency,
+  outputThroughput,
+  logIngest,
+  deployRead,
+  wsFanIn,
+  agentCapacity,
+];
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const EMBEDDED_PORT = 54331;
 

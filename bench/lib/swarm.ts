@@ -1,7 +1,7 @@
 // Drives an agent-swarm.ts process (many simulated agents) from the benchmark: one command at a
 // time, each answered by one JSON line. The process runs with its open-file limit raised to the
 // hard limit (one socket per agent).
-import { spawn } from 'node:child_process';
+import { type ChildProcess, spawn, type StdioOptions } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { type Cleanup, withTimeout } from './harness.ts';
@@ -12,24 +12,23 @@ export interface Swarm {
 }
 
 /**
- * Spawns `node <script> …args` with the soft open-file limit raised to the hard one (a shell's
- * `ulimit -n`; Node cannot raise its own).
+ * Spawns `node …nodeArgs` with the soft open-file limit raised to the hard one (a shell's
+ * `ulimit -n`; Node cannot raise its own limit).
  */
 export function spawnWithFileLimit(
-  script: string,
-  args: string[],
-  opts: { env?: NodeJS.ProcessEnv; stdio: Parameters<typeof spawn>[2]['stdio'] },
-) {
+  nodeArgs: string[],
+  opts: { env?: NodeJS.ProcessEnv; cwd?: string; stdio: StdioOptions },
+): ChildProcess {
   return spawn(
     'bash',
-    ['-c', 'ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec "$@"', 'bash', process.execPath, script, ...args],
-    { env: opts.env ?? process.env, stdio: opts.stdio },
+    ['-c', 'ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec "$@"', 'bash', process.execPath, ...nodeArgs],
+    { env: opts.env ?? process.env, cwd: opts.cwd, stdio: opts.stdio },
   );
 }
 
 export async function startSwarm(cleanup: Cleanup, label: string): Promise<Swarm> {
   const script = fileURLToPath(new URL('./agent-swarm.ts', import.meta.url));
-  const child = spawnWithFileLimit(script, [], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const child = spawnWithFileLimit([script], { stdio: ['pipe', 'pipe', 'inherit'] });
   let exited = false;
   const gone = new Promise<void>((resolve) =>
     child.once('exit', () => {
