@@ -44,6 +44,7 @@ import agentDownloadRoutes from './routes/agent-download.ts';
 import tokenRoutes from './routes/tokens.ts';
 import sessionRoutes from './routes/sessions.ts';
 import settingsRoutes from './routes/settings.ts';
+import settingsPageRoutes from './routes/settings-pages.ts';
 import userRoutes from './routes/users.ts';
 import webhookRoutes from './routes/webhook.ts';
 
@@ -194,7 +195,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(accountRoutes, { rateLimit: config.loginRateLimit });
   await app.register(projectRoutes);
   await app.register(sshHostKeyRoutes);
-  await app.register(agentRoutes);
+  await app.register(agentRoutes, { publicUrl });
   await app.register(agentDownloadRoutes);
   await app.register(deploymentRoutes);
   await app.register(deploymentEventRoutes);
@@ -204,6 +205,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(auditRoutes);
   await app.register(userRoutes);
   await app.register(settingsRoutes);
+  await app.register(settingsPageRoutes);
   await app.register(sessionRoutes);
   await app.register(deliveryRoutes);
   await app.register(projectHookRoutes);

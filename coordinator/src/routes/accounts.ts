@@ -35,6 +35,12 @@ function credentials(fields: FormFields) {
   };
 }
 
+/** The invitation token of an invitation link, when it looks like one. */
+function invitationOf(query: unknown): string | null {
+  const value = (query as { invitation?: unknown } | null)?.invitation;
+  return typeof value === 'string' && /^[A-Za-z0-9_-]{1,256}$/.test(value) ? value : null;
+}
+
 /** After signing in from a form: a fresh CSRF token for the new session, then where `next` says. */
 function signedIn(request: FastifyRequest, reply: FastifyReply) {
   request.session.set('csrf', undefined);
@@ -146,6 +152,8 @@ export default async function accountRoutes(
         firstRun,
         setupToken: firstRun && !isLoopbackHost(listening),
         next,
+        // From an invitation link (/register?invitation=…): posted back with the form.
+        invitation: invitationOf(request.query),
       });
     });
   }

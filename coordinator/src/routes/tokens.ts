@@ -3,6 +3,8 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import Type from 'typebox';
 import { requireActor } from '../plugins/auth.ts';
+import { acceptForms, field, type FormFields, isBrowserForm } from '../plugins/forms.ts';
+import { renderPage } from '../plugins/negotiation.ts';
 import { errors, NullableTimestamp, Ok, Timestamp, Uuid } from '../modules/common/schemas.ts';
 import { TOKEN_SCOPES } from '../modules/token/api-token.entity.ts';
 
@@ -15,13 +17,27 @@ const ApiTokenJson = Type.Object({
   last_used_at: NullableTimestamp,
 });
 
+/** The settings page's form: an expiry date (no time) means the end of that day, UTC. */
+function tokenForm(fields: FormFields) {
+  const expires = field(fields, 'expires_at').trim();
+  return {
+    name: field(fields, 'name').trim(),
+    scope: field(fields, 'scope'),
+    ...(expires
+      ? { expires_at: /^\d{4}-\d{2}-\d{2}$/.test(expires) ? `${expires}T23:59:59Z` : expires }
+      : {}),
+  };
+}
+
 export default async function tokenRoutes(instance: FastifyInstance) {
   const app = instance.withTypeProvider<TypeBoxTypeProvider>();
   const tokens = app.services.tokens;
+  acceptForms(instance);
 
   app.post(
     '/tokens',
     {
+      config: { form: tokenForm },
       schema: {
         tags: ['tokens'],
         body: Type.Object({
@@ -34,6 +50,8 @@ export default async function tokenRoutes(instance: FastifyInstance) {
     },
     async (request, reply) => {
       const created = await tokens.create(request.body, requireActor(request));
+      // The token is shown once, in this answer (never a redirect or cookie).
+      if (isBrowserForm(request)) return renderPage(reply.code(201), 'settings-token', created);
       return reply.code(201).send({ success: true, ...created });
     },
   );

@@ -6,6 +6,8 @@ import Type from 'typebox';
 import { errors, NullableTimestamp, Ok, Timestamp, Uuid } from '../modules/common/schemas.ts';
 import { ROLES } from '../modules/user/user.entity.ts';
 import { requireActor } from '../plugins/auth.ts';
+import { acceptForms, isBrowserForm } from '../plugins/forms.ts';
+import { renderPage } from '../plugins/negotiation.ts';
 
 const RoleSchema = Type.Enum([...ROLES]);
 const UserJson = Type.Object({
@@ -29,6 +31,7 @@ const IdParams = Type.Object({ id: Type.String() });
 export default async function userRoutes(instance: FastifyInstance) {
   const app = instance.withTypeProvider<TypeBoxTypeProvider>();
   const admin = () => app.services.userAdmin;
+  acceptForms(instance);
 
   app.get(
     '/users',
@@ -45,7 +48,7 @@ export default async function userRoutes(instance: FastifyInstance) {
   app.post(
     '/users/invitations',
     {
-      config: { auth: 'admin' },
+      config: { auth: 'admin', form: true },
       schema: {
         tags: ['users'],
         body: Type.Object(
@@ -63,6 +66,8 @@ export default async function userRoutes(instance: FastifyInstance) {
     },
     async (request, reply) => {
       const result = await admin().invite(request.body, requireActor(request));
+      // The settings page's form: the link is shown once, in this answer (never a redirect or cookie).
+      if (isBrowserForm(request)) return renderPage(reply.code(201), 'settings-invitation', result);
       return reply.code(201).send({ success: true as const, ...result });
     },
   );
