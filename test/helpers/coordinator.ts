@@ -31,7 +31,11 @@ export async function startCoordinator(
     DECKHAND_SECRET: rootSecret,
     ...env,
   });
-  const orm = await openDatabase({ url: db.url, poolMax: 5 });
+  // A small pool unless the test asks for another size (DATABASE_POOL_MAX).
+  const orm = await openDatabase({
+    url: db.url,
+    poolMax: env.DATABASE_POOL_MAX ? config.databasePoolMax : 5,
+  });
   await migrate(orm);
   const app = await buildApp({
     config,

@@ -182,3 +182,32 @@ describe('Audit of manual triggers', () => {
     expect(rows).toEqual([{ actor_type: 'user', actor_name: api.adminEmail, target_id: id }]);
   });
 });
+
+describe('many triggers at once', () => {
+  // One connection: a trigger that needed a second one inside its transaction would wait forever.
+  const tight = coordinatorWithAdmin({ DATABASE_POOL_MAX: '1' });
+
+  it('more simultaneous POST /deploy than the database pool has connections all answer (no pool deadlock)', async () => {
+    const created = await tight.admin.post('/projects', {
+      name: 'burst',
+      forge_url: 'https://github.com/acme/web.git',
+      branch_name: 'main',
+      commands: ['true'],
+      target: { agents: { names: ['burst-1', 'burst-2'] } },
+    });
+    expect(created.status, created.text).toBe(201);
+    const projectId = created.json.project.id as string;
+    const started = Date.now();
+    const answers = await Promise.all(
+      Array.from({ length: 8 }, () => tight.admin.post('/deploy', { projectId })),
+    );
+    expect(answers.map((r) => r.status)).toEqual(answers.map(() => 200));
+    expect(Date.now() - started, 'triggers waited on each other').toBeLessThan(10_000);
+    const [count] = await sql(
+      tight.coord,
+      'select count(*)::int as n from deployments where project_id = ?',
+      [projectId],
+    );
+    expect(count.n).toBe(8);
+  }, 30_000);
+});

@@ -1,6 +1,6 @@
 // Agent registration: a name, labels and a token (random, shown once, stored as a hash).
 // Presence (online, version, last seen) is written by the agent hub when agents connect.
-import type { MikroORM } from '@mikro-orm/postgresql';
+import type { EntityManager, MikroORM } from '@mikro-orm/postgresql';
 import { UniqueConstraintViolationException } from '@mikro-orm/postgresql';
 import { recordAudit } from '../audit/audit.service.ts';
 import type { Actor } from '../common/actor.ts';
@@ -139,8 +139,10 @@ export class AgentService {
   }
 
   /** Agents a target names: all carrying every label, or those with the given names. */
-  async matching(target: { labels: string[] } | { names: string[] }): Promise<IAgent[]> {
-    const em = this.#orm.em.fork();
+  async matching(
+    target: { labels: string[] } | { names: string[] },
+    em: EntityManager = this.#orm.em.fork(),
+  ): Promise<IAgent[]> {
     if ('names' in target)
       return em.find(Agent, { name: { $in: target.names } }, { orderBy: { name: 'asc' } });
     return em.find(Agent, { labels: { $contains: target.labels } }, { orderBy: { name: 'asc' } });

@@ -145,7 +145,9 @@ export class DeploymentService {
     const commit = input.commit ?? null;
     if (commit !== null && !COMMIT.test(commit))
       throw new BadRequestError('commit must be a hexadecimal git sha');
-    const { hosts, reason } = await this.#waitingFor(project);
+    // On the caller's transaction: a second connection per trigger would deadlock the pool when
+    // as many triggers as it has connections arrive at once.
+    const { hosts, reason } = await this.#waitingFor(project, em);
     const policies = policiesOf(project);
     if (input.rollbackTo) policies.releases = input.rollbackTo.releases;
     const deployment = em.create(Deployment, {
@@ -345,13 +347,13 @@ export class DeploymentService {
   }
 
   /** The hosts a deployment of this project will run on, and why it waits for them now. */
-  async #waitingFor(project: IProject): Promise<{ hosts: string[]; reason: string }> {
+  async #waitingFor(project: IProject, em: EntityManager): Promise<{ hosts: string[]; reason: string }> {
     const target = project.target;
     if ('ssh' in target) {
       const host = sshHostName(target.ssh);
       return { hosts: [host], reason: `Waiting to be scheduled on ${host} (over SSH)` };
     }
-    const agents = await this.#agents.matching(target.agents);
+    const agents = await this.#agents.matching(target.agents, em);
     if (agents.length === 0) {
       const what =
         'labels' in target.agents
