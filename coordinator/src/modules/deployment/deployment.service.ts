@@ -276,8 +276,49 @@ export class DeploymentService {
 
   async get(id: string): Promise<DeploymentDetail> {
     const em = this.#orm.em.fork();
-    const deployment = isUuid(id) ? await em.findOne(Deployment, { id }, { populate: ['project'] }) : null;
-    if (!deployment) throw new NotFoundError('Deployment not found');
+    // Plain rows, not entities: this is the most read answer (pages, CLI, pipelines polling), and
+    // hydrating a deployment and its project (snapshot, encrypted secrets) cost more than the SQL.
+    const [d] = isUuid(id)
+      ? await em.execute<
+          Array<{
+            id: string;
+            project_id: string;
+            started_at: Date | string;
+            finished_at: Date | string | null;
+            status: DeploymentStatus;
+            commit: string | null;
+            branch: string;
+            trigger: Trigger;
+            triggered_by: string;
+            reason: string | null;
+            hosts: string[];
+            project_name: string;
+            forge_url: string;
+            branch_name: string;
+          }>
+        >(
+          `select d.id, d.project_id, d.started_at, d.finished_at, d.status, d.commit, d.branch, d.trigger,
+                  d.triggered_by, d.reason, d.hosts,
+                  p.name as project_name, p.forge_url, p.branch_name
+             from deployments d join projects p on p.id = d.project_id
+            where d.id = ?`,
+          [id],
+        )
+      : [];
+    if (!d) throw new NotFoundError('Deployment not found');
+    const deployment: DeploymentJson = {
+      id: d.id,
+      proj_id: d.project_id,
+      started_at: iso(new Date(d.started_at)),
+      finished_at: isoOrNull(d.finished_at === null ? null : new Date(d.finished_at)),
+      status: d.status,
+      commit: d.commit,
+      branch: d.branch,
+      trigger: d.trigger,
+      triggered_by: d.triggered_by,
+      reason: d.reason,
+      hosts: d.hosts,
+    };
     const rows = await em.execute<
       Array<{
         id: string;
@@ -299,9 +340,8 @@ export class DeploymentService {
         order by e.started_at, e.seq, e.host`,
       [deployment.id],
     );
-    const project = deployment.project;
     return {
-      deployment: this.toJson(deployment),
+      deployment,
       logs: rows.map((r) => ({
         id: r.id,
         deploy_id: deployment.id,
@@ -317,10 +357,10 @@ export class DeploymentService {
         finished_at: isoOrNull(r.finished_at === null ? null : new Date(r.finished_at)),
       })),
       project: {
-        id: project.id,
-        name: project.name,
-        forge_url: project.forgeUrl,
-        branch_name: project.branchName,
+        id: d.project_id,
+        name: d.project_name,
+        forge_url: d.forge_url,
+        branch_name: d.branch_name,
       },
     };
   }
