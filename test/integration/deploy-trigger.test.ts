@@ -4,6 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { Client, coordinatorWithAdmin } from '../helpers/coordinator.ts';
 import { deploymentTools } from '../helpers/deployments.ts';
+import { RawAgent } from '../helpers/faults-coordinator.ts';
 import { sql } from '../helpers/sql.ts';
 import { UUID } from '../helpers/responses.ts';
 
@@ -209,5 +210,30 @@ describe('many triggers at once', () => {
       [projectId],
     );
     expect(count.n).toBe(8);
+  }, 30_000);
+
+  it('with one connection, a connected agent still gets its job (its assignment is built on the claiming connection)', async () => {
+    const registered = await tight.admin.post('/agents', { name: 'tight-agent', labels: ['tight'] });
+    expect(registered.status, registered.text).toBe(201);
+    const raw = await RawAgent.welcomed(tight.coord.url, registered.json.token as string);
+    try {
+      const created = await tight.admin.post('/projects', {
+        name: 'tight',
+        forge_url: 'git@example.com:acme/tight.git',
+        branch_name: 'main',
+        commands: ['true'],
+        target: { agents: { names: ['tight-agent'] } },
+      });
+      expect(created.status, created.text).toBe(201);
+      const res = await tight.admin.post('/deploy', {
+        projectId: created.json.project.id,
+        commit: 'a'.repeat(40),
+      });
+      const assign = await raw.next('job.assign', (m) => m.deploymentId === res.json.deployId, 10_000);
+      // An ssh remote: the deploy key (created on first use) travels with the job.
+      expect(assign.repository.sshKey).toMatch(/PRIVATE KEY/);
+    } finally {
+      raw.close();
+    }
   }, 30_000);
 });

@@ -311,13 +311,16 @@ export class AgentHub {
     }
     await this.#o.jobs.renewLeases([agent.id]);
     this.#o.onAgentOnline();
-    await this.dispatch();
-    await this.sendCancels();
+    // Only this agent's: with thousands connected, asking for everyone's at every hello made a
+    // reconnect storm quadratic.
+    await this.dispatch([agent.id]);
+    await this.sendCancels([agent.id]);
   }
 
   /** Tells the agents connected here to stop the jobs whose deployments were cancelled or timed out. */
-  async sendCancels(): Promise<void> {
-    for (const c of await this.#o.jobs.cancelsToSend(this.connectedAgentIds())) {
+  async sendCancels(agentIds = this.connectedAgentIds()): Promise<void> {
+    if (agentIds.length === 0) return;
+    for (const c of await this.#o.jobs.cancelsToSend(agentIds)) {
       this.#connections
         .get(c.agentId)
         ?.send({ type: 'job.cancel', jobId: c.jobId, reason: c.reason, as: c.as });
@@ -326,8 +329,9 @@ export class AgentHub {
   }
 
   /** Sends the pending jobs of the agents connected here. */
-  async dispatch(): Promise<void> {
-    const claimed = await this.#o.dispatch.claimPending(this.connectedAgentIds());
+  async dispatch(agentIds = this.connectedAgentIds()): Promise<void> {
+    if (agentIds.length === 0) return;
+    const claimed = await this.#o.dispatch.claimPending(agentIds);
     for (const { agentId, assign } of claimed) {
       const conn = this.#connections.get(agentId);
       if (conn) conn.send(assign);

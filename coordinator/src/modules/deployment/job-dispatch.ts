@@ -3,7 +3,7 @@
 // the deploy key for ssh remotes, timeouts, releases, and the values to mask. Jobs on SSH targets
 // (no agent) are claimed the same way by the SSH runner of any coordinator process.
 import { type JobAssign, maskedValues } from '@deckhand/protocol';
-import type { MikroORM } from '@mikro-orm/postgresql';
+import type { EntityManager, MikroORM } from '@mikro-orm/postgresql';
 import type { SecretBox } from '../common/crypto.ts';
 import type { SshTarget } from '../project/project.entity.ts';
 import type { ProjectService } from '../project/project.service.ts';
@@ -43,7 +43,7 @@ export class JobDispatch {
           `select ${DEPLOYMENT_COLUMNS} from deployments where id = ?`,
           [job.deployment_id],
         );
-        if (d) result.push({ agentId: job.agent_id, assign: await this.#assignment(job.id, d) });
+        if (d) result.push({ agentId: job.agent_id, assign: await this.#assignment(job.id, d, em) });
       }
       return result;
     });
@@ -73,20 +73,21 @@ export class JobDispatch {
         );
         const target = d?.snapshot.target;
         if (d && target && 'ssh' in target) {
-          result.push({ assign: await this.#assignment(job.id, d), ssh: target.ssh });
+          result.push({ assign: await this.#assignment(job.id, d, em), ssh: target.ssh });
         }
       }
       return result;
     });
   }
 
-  async #assignment(jobId: string, d: DeploymentRow): Promise<JobAssign> {
+  /** Built inside the claiming transaction, on its connection. */
+  async #assignment(jobId: string, d: DeploymentRow, em: EntityManager): Promise<JobAssign> {
     const s = d.snapshot;
     const secrets: Record<string, string> = s.secretsEncrypted
       ? this.#o.box.decryptJson(s.secretsEncrypted)
       : {};
     const env = { ...s.env, ...secrets };
-    const project = await this.#o.projects.find(d.project_id);
+    const project = await this.#o.projects.find(d.project_id, em);
     const useKey = project?.checkoutCredentials !== 'host' && isSshRemote(s.forgeUrl);
     const policies = s.policies;
     const commandSeconds = policies?.timeouts.command_seconds ?? null;
@@ -99,7 +100,7 @@ export class JobDispatch {
         url: s.forgeUrl,
         branch: d.branch,
         commit: d.commit,
-        sshKey: useKey && project ? await this.#o.projects.deployKey(project) : null,
+        sshKey: useKey && project ? await this.#o.projects.deployKey(project, em) : null,
         knownHosts: project?.forgeKnownHosts ?? null,
       },
       commands: s.commands,

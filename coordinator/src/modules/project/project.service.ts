@@ -2,7 +2,7 @@
 // to admins on request; encrypted at rest). Secret values are write-only: only their names leave.
 import { randomBytes } from 'node:crypto';
 import ssh2 from 'ssh2';
-import type { MikroORM } from '@mikro-orm/postgresql';
+import type { EntityManager, MikroORM } from '@mikro-orm/postgresql';
 import { UniqueConstraintViolationException } from '@mikro-orm/postgresql';
 import { recordAudit } from '../audit/audit.service.ts';
 import type { Actor } from '../common/actor.ts';
@@ -223,9 +223,10 @@ export class ProjectService {
   }
 
   /** The entity itself, for other services (deployment triggers, webhooks). */
-  async find(id: string): Promise<IProject | null> {
+  /** `em`: a transaction of the caller's (its connection is reused: no second one while it holds one). */
+  async find(id: string, em: EntityManager = this.#orm.em.fork()): Promise<IProject | null> {
     if (!isUuid(id)) return null;
-    return this.#orm.em.fork().findOne(Project, { id });
+    return em.findOne(Project, { id });
   }
 
   webhookSecret(project: IProject): string {
@@ -327,13 +328,11 @@ export class ProjectService {
   }
 
   /** The private deploy key for a checkout, generating one for projects older than deploy keys. */
-  async deployKey(project: IProject): Promise<string> {
+  async deployKey(project: IProject, em: EntityManager = this.#orm.em.fork()): Promise<string> {
     if (!project.deployKeyPrivateEncrypted) {
       const key = this.#newDeployKey();
-      await this.#orm.em
-        .fork()
-        .nativeUpdate(Project, { id: project.id, deployKeyPrivateEncrypted: null }, key);
-      const fresh = await this.#orm.em.fork().findOneOrFail(Project, { id: project.id });
+      await em.nativeUpdate(Project, { id: project.id, deployKeyPrivateEncrypted: null }, key);
+      const fresh = await em.findOneOrFail(Project, { id: project.id }, { refresh: true });
       return this.#box.decrypt(fresh.deployKeyPrivateEncrypted!);
     }
     return this.#box.decrypt(project.deployKeyPrivateEncrypted);
