@@ -59,7 +59,9 @@ exec 3<&-
 wait "$pid"
 code=$?
 kill -USR1 "$watch" 2>/dev/null
-wait "$watch"
+# A USR1 that lands before the watcher's trap is set kills it by the signal; bash would report
+# that death ("User defined signal 1") on stderr, which is not the step's to show.
+wait "$watch" 2>/dev/null
 exit "$code"
 `;
 
