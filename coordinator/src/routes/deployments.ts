@@ -8,8 +8,11 @@ import { errors, NullableTimestamp, Ok, Timestamp, Uuid } from '../modules/commo
 import { DEPLOYMENT_STATUSES, TRIGGERS } from '../modules/deployment/deployment.entity.ts';
 import { BranchName } from '../modules/project/project.schema.ts';
 import { isUuid } from '../modules/project/project.service.ts';
+import { Cursor, readSince } from '../modules/deployment/event-stream.ts';
 import { requireActor } from '../plugins/auth.ts';
+import { acceptForms, field, type FormFields, formDone, isBrowserForm } from '../plugins/forms.ts';
 import { renderPage, wantsHtml } from '../plugins/negotiation.ts';
+import { buildLogView } from '../views/deployment-log.ts';
 
 const DeploymentJson = Type.Object({
   id: Uuid,
@@ -43,14 +46,21 @@ const EmbeddedProject = Type.Object({
   branch_name: Type.String(),
 });
 
+/** The Deploy form (project page): an empty commit means the branch head. */
+function deployForm(fields: FormFields) {
+  const commit = field(fields, 'commit').trim();
+  return { projectId: field(fields, 'projectId'), ...(commit ? { commit } : {}) };
+}
+
 export default async function deploymentRoutes(instance: FastifyInstance) {
   const app = instance.withTypeProvider<TypeBoxTypeProvider>();
   const { deployments, projects } = app.services;
+  acceptForms(instance);
 
   app.post(
     '/deploy',
     {
-      config: { auth: 'deployer' },
+      config: { auth: 'deployer', form: deployForm },
       attachValidation: true,
       schema: {
         tags: ['deployments'],
@@ -62,7 +72,7 @@ export default async function deploymentRoutes(instance: FastifyInstance) {
         response: { 200: Ok({ deployId: Uuid }), ...errors(400, 401, 403, 404) },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       if (request.validationError) {
         const body = request.body as Record<string, unknown> | null;
         const id = body && typeof body === 'object' ? body.projectId : undefined;
@@ -81,6 +91,7 @@ export default async function deploymentRoutes(instance: FastifyInstance) {
         commit: request.body.commit ?? null,
         branch: request.body.branch ?? null,
       });
+      if (isBrowserForm(request)) return reply.redirect(`/deploy/${deployment.id}`, 303);
       return { success: true as const, deployId: deployment.id };
     },
   );
@@ -99,13 +110,20 @@ export default async function deploymentRoutes(instance: FastifyInstance) {
     },
     async (request, reply) => {
       const detail = await deployments.get(request.params.id);
-      if (wantsHtml(request))
-        return renderPage(reply, 'deployment', detail as unknown as Record<string, unknown>);
+      if (wantsHtml(request)) {
+        // The log as the live stream would send it so far; the page's script continues from there.
+        const id = detail.deployment.id;
+        const stream = await readSince(app.services.orm.em.fork(), id, new Cursor(), null);
+        const log = buildLogView(detail.deployment.hosts, stream?.events ?? [], stream?.ended ?? true);
+        return renderPage(reply, 'deployment', { ...detail, log });
+      }
       return { success: true as const, ...detail };
     },
   );
 
-  // Cancel, redeploy, rollback: each answers with the deployment it acted on or created.
+  // Cancel, redeploy, rollback: each answers with the deployment it acted on or created (a
+  // browser's form post: its page).
+  const done = { cancel: 'Cancel requested', redeploy: 'Redeploy queued', rollback: 'Rollback queued' };
   const actions = {
     cancel: (id: string, actor: ReturnType<typeof requireActor>) => deployments.cancel(id, actor),
     redeploy: (id: string, actor: ReturnType<typeof requireActor>) => deployments.redeploy(id, actor),
@@ -115,7 +133,7 @@ export default async function deploymentRoutes(instance: FastifyInstance) {
     app.post(
       `/deploy/:id/${action}`,
       {
-        config: { auth: 'deployer' },
+        config: { auth: 'deployer', form: true },
         schema: {
           tags: ['deployments'],
           params: Type.Object({ id: Type.String() }),
@@ -125,8 +143,11 @@ export default async function deploymentRoutes(instance: FastifyInstance) {
           },
         },
       },
-      async (request) => {
+      async (request, reply) => {
         const deployment = await run(request.params.id, requireActor(request));
+        if (isBrowserForm(request)) {
+          return formDone(request, reply, `/deploy/${deployment.id}`, done[action as keyof typeof done]);
+        }
         return { success: true as const, deployId: deployment.id, deployment };
       },
     );
