@@ -1,7 +1,8 @@
 // Lint rules: typescript-eslint's recommended set, plus the architecture's import rule
 // (README: "what may import what"): protocol/ imports nothing of ours; the agent never imports
 // the coordinator; the coordinator never imports the agent; the CLI imports neither (it speaks the
-// HTTP API only; `@deckhand/protocol` is allowed).
+// HTTP API only; `@deckhand/protocol` and `@deckhand/installer` are allowed); installer/ imports
+// nothing of ours (the CLI and the coordinator both use it).
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
@@ -47,6 +48,15 @@ export default tseslint.config(
       {
         group: ['@deckhand/agent', '@deckhand/agent/*', '**/agent/src/**'],
         message: 'The coordinator never imports the agent.',
+      },
+    ]),
+  },
+  {
+    files: ['installer/**/*.ts'],
+    rules: boundary([
+      {
+        group: ['@deckhand/*', '**/coordinator/**', '**/agent/**', '**/cli/**'],
+        message: 'installer/ imports nothing of ours: the CLI and the coordinator both use it.',
       },
     ]),
   },

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { unitText } from '../../cli/src/agents-install.ts';
+import { unitText } from '../../installer/src/installer.ts';
 import { AgentBundle } from '../../coordinator/src/modules/agent-bundle/agent-bundle.ts';
 import { type Client, signUp, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
