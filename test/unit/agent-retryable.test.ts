@@ -52,6 +52,42 @@ describe('backoff', () => {
     expect(top.next()).toBe(499);
     expect(new Backoff({ random: () => 0 }).next()).toBe(0);
   });
+
+  it('retries a coordinator that went away after 0.5–1.5 s, steadily, for 20 s, then backs off again', () => {
+    expect(classifyDisconnect({ kind: 'closed', code: CloseCode.GOING_AWAY, reason: 'x' })).toMatchObject({
+      retry: true,
+      goingAway: true,
+    });
+    expect(classifyDisconnect({ kind: 'closed', code: 1006, reason: '' })).not.toHaveProperty('goingAway');
+
+    let now = 1_000;
+    let random = 0.999999;
+    const backoff = new Backoff({ random: () => random, now: () => now });
+    // Some failures first: the exponential ceiling has grown.
+    for (let i = 0; i < 5; i++) backoff.next();
+    expect(backoff.next()).toBe(15_999);
+
+    backoff.goingAway();
+    // Every retry within the window, however many failed, lands in [500, 1500).
+    const delays: number[] = [];
+    for (let i = 0; i < 12; i++) {
+      delays.push(backoff.next());
+      now += 1_000;
+    }
+    expect(delays).toEqual(Array(12).fill(1_499));
+    random = 0;
+    expect(backoff.next()).toBe(500);
+
+    // Past the window: exponential again, from the base.
+    now += 20_000;
+    random = 0.999999;
+    expect([backoff.next(), backoff.next(), backoff.next()]).toEqual([499, 999, 1999]);
+
+    // A welcome ends the window too.
+    backoff.goingAway();
+    backoff.reset();
+    expect(backoff.next()).toBe(499);
+  });
 });
 
 describe('the socket URL', () => {

@@ -292,6 +292,7 @@ export class AgentConnection {
       this.#opts.onFatal(verdict.message);
       return;
     }
+    if (verdict.goingAway) this.#backoff.goingAway();
     const delayMs = Math.max(this.#backoff.next(), verdict.minDelayMs ?? 0);
     this.#log.warn(
       { reason: verdict.reason, retryInMs: delayMs, queued: this.#outbox.size },

@@ -1,5 +1,6 @@
 // The one place that decides whether a lost connection is worth retrying, with each case
-// explained, and the reconnect backoff (exponential, capped, full jitter).
+// explained, and the reconnect backoff (exponential, capped, full jitter; soon and steady for a
+// while after the coordinator said it is restarting).
 import { CloseCode } from '@deckhand/protocol';
 
 /** How a connection ended, as the connection saw it. */
@@ -12,11 +13,27 @@ export type Disconnect =
   | { kind: 'local'; reason: string };
 
 export type Verdict =
-  | { retry: true; reason: string; /** wait at least this long */ minDelayMs?: number }
+  | {
+      retry: true;
+      reason: string;
+      /** wait at least this long */
+      minDelayMs?: number;
+      /** The coordinator said it is going away (a restart): it is expected back within seconds. */
+      goingAway?: boolean;
+    }
   | { retry: false; message: string };
 
 export const BACKOFF_BASE_MS = 500;
 export const BACKOFF_CAP_MS = 30_000;
+/**
+ * After GOING_AWAY, retries come every RESTART_RETRY_MIN_MS–RESTART_RETRY_MAX_MS (uniformly
+ * random, so a thousand agents do not knock at once) for RESTART_WINDOW_MS: a restarting
+ * coordinator is usually back in a few seconds, and the exponential steps would otherwise have
+ * grown to several seconds by then. Past the window the usual backoff takes over.
+ */
+export const RESTART_RETRY_MIN_MS = 500;
+export const RESTART_RETRY_MAX_MS = 1_500;
+export const RESTART_WINDOW_MS = 20_000;
 
 export function classifyDisconnect(d: Disconnect): Verdict {
   switch (d.kind) {
@@ -65,8 +82,16 @@ export function classifyDisconnect(d: Disconnect): Verdict {
           // The coordinator disliked a frame of ours. A bug, but the connection state is reset by
           // reconnecting, and jobs keep running meanwhile; the backoff keeps a loop cheap.
           return { retry: true, reason: `the coordinator closed the connection: ${d.code} ${d.reason}` };
+        case CloseCode.GOING_AWAY:
+          // The coordinator is shutting down (a restart, a deploy of it) or dropped us on an
+          // internal error: it, or another replica behind the same address, is back soon.
+          return {
+            retry: true,
+            reason: `the coordinator is going away (${d.code}${d.reason ? ` ${d.reason}` : ''})`,
+            goingAway: true,
+          };
         default:
-          // GOING_AWAY (coordinator restarting), NORMAL, 1006 (network dropped, no close frame),
+          // NORMAL, 1006 (network dropped, no close frame),
           // and anything unknown: the coordinator or the network will be back.
           return {
             retry: true,
@@ -76,20 +101,42 @@ export function classifyDisconnect(d: Disconnect): Verdict {
   }
 }
 
-/** Exponential backoff with full jitter: a random delay in [0, min(cap, base × 2^attempt)). */
+/**
+ * Exponential backoff with full jitter: a random delay in [0, min(cap, base × 2^attempt)). After
+ * `goingAway()`, a steady random delay in [RESTART_RETRY_MIN_MS, RESTART_RETRY_MAX_MS) until
+ * RESTART_WINDOW_MS have passed, then exponential again from the base.
+ */
 export class Backoff {
   readonly #baseMs: number;
   readonly #capMs: number;
   readonly #random: () => number;
+  readonly #now: () => number;
   #attempt = 0;
+  /** Until when (#now() time) retries follow the restart schedule; 0 when they do not. */
+  #restartUntil = 0;
 
-  constructor(opts: { baseMs?: number; capMs?: number; random?: () => number } = {}) {
+  constructor(opts: { baseMs?: number; capMs?: number; random?: () => number; now?: () => number } = {}) {
     this.#baseMs = opts.baseMs ?? BACKOFF_BASE_MS;
     this.#capMs = opts.capMs ?? BACKOFF_CAP_MS;
     this.#random = opts.random ?? Math.random;
+    this.#now = opts.now ?? (() => performance.now());
+  }
+
+  /** The coordinator closed with GOING_AWAY: retry soon, with jitter, for the restart window. */
+  goingAway(): void {
+    this.#attempt = 0;
+    this.#restartUntil = this.#now() + RESTART_WINDOW_MS;
   }
 
   next(): number {
+    if (this.#restartUntil !== 0) {
+      if (this.#now() < this.#restartUntil) {
+        return (
+          RESTART_RETRY_MIN_MS + Math.floor(this.#random() * (RESTART_RETRY_MAX_MS - RESTART_RETRY_MIN_MS))
+        );
+      }
+      this.#restartUntil = 0;
+    }
     const ceiling = Math.min(this.#capMs, this.#baseMs * 2 ** this.#attempt);
     if (ceiling < this.#capMs) this.#attempt++;
     return Math.floor(this.#random() * ceiling);
@@ -98,5 +145,6 @@ export class Backoff {
   /** After a welcome: the next failure starts from the base again. */
   reset(): void {
     this.#attempt = 0;
+    this.#restartUntil = 0;
   }
 }
