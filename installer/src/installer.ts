@@ -489,7 +489,7 @@ export async function installAgent(
   let created: { id: string } | null = null;
   try {
     say(
-      `Host key ${fingerprint} (${algorithm}) ${t.fingerprint ? 'matches --host-key-fingerprint' : 'confirmed'}.`,
+      `Host key ${fingerprint} (${algorithm}) ${t.fingerprint ? 'matches the pinned fingerprint' : 'confirmed'}.`,
     );
     report.step('check');
     const facts = await probe(remote, t);
@@ -645,7 +645,7 @@ export async function upgradeAgent(
   const { remote, fingerprint, algorithm } = await connect(t, hooks);
   try {
     say(
-      `Host key ${fingerprint} (${algorithm}) ${t.fingerprint ? 'matches --host-key-fingerprint' : 'confirmed'}.`,
+      `Host key ${fingerprint} (${algorithm}) ${t.fingerprint ? 'matches the pinned fingerprint' : 'confirmed'}.`,
     );
     report.step('check');
     const facts = await probe(remote, t);

@@ -212,7 +212,7 @@ describe('deckhand agents install', () => {
       res.code,
       `${res.stdout}\n${res.stderr}\n${existsSync(join(dir, 'agent.log')) ? readFileSync(join(dir, 'agent.log'), 'utf8') : ''}`,
     ).toBe(0);
-    expect(res.stdout).toContain(`Host key ${fingerprint} (ssh-ed25519) matches --host-key-fingerprint.`);
+    expect(res.stdout).toContain(`Host key ${fingerprint} (ssh-ed25519) matches the pinned fingerprint.`);
     expect(res.stdout).toContain(`Registered agent ${name} (labels: installed, ${name}).`);
     expect(res.stdout).toContain('with nohup');
     expect(res.stdout).toContain(`Start it again with ${dir}/start.sh`);
@@ -287,7 +287,7 @@ describe('deckhand agents install', () => {
     const pidBefore = readFileSync(join(dir, 'agent.pid'), 'utf8').trim();
     const newer = await runInstall(args, 'upgrade');
     expect(newer.code, newer.stdout + newer.stderr).toBe(0);
-    expect(newer.stdout).toContain(`Host key ${rsaFingerprint} (ssh-rsa) matches --host-key-fingerprint.`);
+    expect(newer.stdout).toContain(`Host key ${rsaFingerprint} (ssh-rsa) matches the pinned fingerprint.`);
     expect(newer.stdout).toContain(`Replaced deckhand-agent 0.0.1 with ${version} in ${dir}.`);
     expect(newer.stdout).toContain(`${name} is online (agent ${version}).`);
     expect(readFileSync(file, 'utf8')).toMatch(

@@ -25,7 +25,7 @@ declare module 'fastify' {
 
 const FORM_TYPE = /^application\/x-www-form-urlencoded(\s*;.*)?$/i;
 /** Fields never kept to fill a form in again. */
-const SECRET_FIELD = /password|secret|token|_csrf/i;
+const SECRET_FIELD = /password|secret|token|private_key|_csrf/i;
 const MAX_KEPT_VALUES = 2000;
 
 export function isFormPost(request: FastifyRequest): boolean {
