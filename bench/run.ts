@@ -15,9 +15,12 @@ import { type EmbeddedPostgres, startEmbeddedPostgres } from '../coordinator/src
 import { agentCapacity } from './agent-capacity.ts';
 import { deployRead } from './deploy-read.ts';
 import { dispatchLatency } from './dispatch-latency.ts';
+import { e2eLatency } from './e2e-latency.ts';
 import { type Benchmark, type BenchOutcome, Cleanup, fmt, formatTable } from './lib/harness.ts';
 import { logIngest } from './log-ingest.ts';
+import { logRender } from './log-render.ts';
 import { outputThroughput } from './output-throughput.ts';
+import { soak } from './soak.ts';
 import { wsFanIn } from './ws-fan-in.ts';
 
 const BENCHMARKS: Benchmark[] = [
@@ -27,6 +30,9 @@ const BENCHMARKS: Benchmark[] = [
   deployRead,
   wsFanIn,
   agentCapacity,
+  e2eLatency,
+  logRender,
+  soak,
 ];
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const EMBEDDED_PORT = 54331;
@@ -120,7 +126,9 @@ function machine(pgVersion: string, pgSource: string): string[][] {
 }
 
 async function main(): Promise<number> {
-  const names = process.argv.slice(2).filter((a) => !a.startsWith('-'));
+  // Names, without options and an option's value (`--duration 60s`, soak's).
+  const args = process.argv.slice(2);
+  const names = args.filter((a, i) => !a.startsWith('-') && args[i - 1] !== '--duration');
   const unknown = names.filter((n) => !BENCHMARKS.some((b) => b.name === n));
   if (unknown.length > 0) {
     console.error(

@@ -24,7 +24,7 @@
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import WebSocket from 'ws';
-import { Backoff } from '../../agent/src/connection/retryable.ts';
+import { Backoff, classifyDisconnect } from '../../agent/src/connection/retryable.ts';
 import { encodeFrame, PROTOCOL_VERSION } from '../../protocol/src/index.ts';
 
 interface Job {
@@ -136,10 +136,13 @@ function connect(agent: Agent): Promise<void> {
       }
     });
     ws.on('error', () => undefined);
-    ws.on('close', () => {
+    ws.on('close', (code: number, reason: Buffer) => {
       settle();
       if (agent.ws !== ws || closing) return;
       agent.ws = null;
+      // As the agent's connection does: GOING_AWAY (a restart) is retried soon.
+      const verdict = classifyDisconnect({ kind: 'closed', code, reason: reason.toString('utf8') });
+      if (verdict.retry && verdict.goingAway) agent.backoff.goingAway();
       setTimeout(() => void connect(agent), agent.backoff.next());
     });
   });

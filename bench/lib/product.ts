@@ -76,6 +76,8 @@ export interface Product {
   /** POST /deploy of the project at `commit` (as a push webhook would give it): the deployment id. */
   deploy(projectId: string): Promise<string>;
   trace(deploymentId: string): DeploymentTrace;
+  /** Drops what the probes hold of a finished deployment (the soak runs hundreds). */
+  forget(deploymentId: string): void;
   /** Resolves when the coordinator has handled job.finished for the deployment. */
   jobFinished(deploymentId: string, timeoutMs: number): Promise<void>;
   /** Coordinator log and agent output, for failure messages. */
@@ -107,14 +109,10 @@ export async function startProduct(
   const logFile = path.join(dir, 'coordinator.log');
   const destination = pino.destination({ dest: logFile, sync: false });
   const logger = pino(loggerOptions('info'), destination);
-  cleanup.defer(
-    'coordinator log',
-    () =>
-      new Promise<void>((resolve) => {
-        destination.once('close', () => resolve());
-        destination.end();
-      }),
-  );
+  // Flushed, not ended: a timer of the coordinator may still log after app.close() (Retention's
+  // first pass, set up with a setTimeout that stop() does not clear), and pino throws on a write
+  // to an ended destination, which would kill the whole benchmark run.
+  cleanup.defer('coordinator log', () => new Promise<void>((resolve) => destination.flush(() => resolve())));
 
   const coord = await startCoordinator({ LOG_LEVEL: 'info', ...env }, { logger });
   cleanup.defer('coordinator and its database', () => coord.close());
@@ -318,6 +316,10 @@ export async function startProduct(
       return res.json.deployId as string;
     },
     trace: traceOf,
+    forget(deploymentId) {
+      traces.delete(deploymentId);
+      for (const [jobId, d] of jobToDeployment) if (d === deploymentId) jobToDeployment.delete(jobId);
+    },
     async jobFinished(deploymentId, timeoutMs) {
       if (traceOf(deploymentId).marks.has('jobFinished')) return;
       await withTimeout(

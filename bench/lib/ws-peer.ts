@@ -7,6 +7,8 @@
 //   run {jobId, cmd, frameBytes} → step.started, spawns `bash -c cmd`, sends its output in frames of
 //                                frameBytes raw bytes (binary frames), the rest at exit, then
 //                                step.finished {outputBytes}. Acks (output.ack) are parsed, not waited for.
+//   stream {jobId, cmd}        → like run, but every read of the command's output is sent at once as
+//                                its own frame (no batching: the lowest latency a relay can have).
 import { spawn } from 'node:child_process';
 import WebSocket from 'ws';
 import { encodeOutputFrame } from '../../protocol/src/index.ts';
@@ -22,7 +24,12 @@ interface Run {
   cmd: string;
   frameBytes: number;
 }
-type Incoming = Assign | Run | { type: 'output.ack'; jobId: string; offset: number };
+interface Stream {
+  type: 'stream';
+  jobId: string;
+  cmd: string;
+}
+type Incoming = Assign | Run | Stream | { type: 'output.ack'; jobId: string; offset: number };
 
 const url = process.argv[2];
 if (!url) {
@@ -97,10 +104,27 @@ function run(m: Run): void {
   });
 }
 
+function stream(m: Stream): void {
+  send({ type: 'step.started', jobId: m.jobId, step: 1, cmd: m.cmd });
+  const child = bash(m.cmd);
+  let offset = 0;
+  let seq = 0;
+  const onData = (b: Buffer) => {
+    send(frame(m.jobId, seq++, offset, b));
+    offset += b.length;
+  };
+  child.stdout.on('data', onData);
+  child.stderr.on('data', onData);
+  child.on('close', (exitCode, signal) =>
+    send({ type: 'step.finished', jobId: m.jobId, step: 1, exitCode, signal, outputBytes: offset }),
+  );
+}
+
 ws.on('message', (data: Buffer) => {
   const m = JSON.parse(data.toString('utf8')) as Incoming;
   if (m.type === 'assign') assign(m);
   else if (m.type === 'run') run(m);
+  else if (m.type === 'stream') stream(m);
   else if (m.type === 'output.ack') acked = Math.max(acked, m.offset);
 });
 ws.on('open', () => send({ type: 'hello' }));
