@@ -14,6 +14,7 @@ import { killGroupNow } from './executor/process-group.ts';
 import { OutputBudget } from './output/budget.ts';
 import { formatDuration } from './runner/job.ts';
 import { JobRunner } from './runner/job-runner.ts';
+import { SelfUpdater } from './self-update.ts';
 
 export interface AgentOptions {
   config: AgentConfig;
@@ -34,6 +35,7 @@ export class Agent {
   readonly #connection: AgentConnection;
   readonly #runner: JobRunner;
   readonly #log: Logger;
+  readonly #updater: SelfUpdater;
   #stopping: Promise<void> | undefined;
   #abandonAfterMs: number | undefined;
   #abandonTimer: NodeJS.Timeout | undefined;
@@ -63,6 +65,13 @@ export class Agent {
     if (leftovers.length) {
       opts.log.warn({ groups: leftovers }, 'killed process groups left running by an earlier agent process');
     }
+    this.#updater = new SelfUpdater({
+      currentVersion: opts.agentVersion,
+      coordinatorUrl: opts.config.url,
+      log: opts.log,
+      idle: () => this.#runner.settled,
+      stop: () => this.stop('the agent is restarting with a new version'),
+    });
     this.#connection = new AgentConnection({
       url: opts.config.url,
       token: opts.config.token,
@@ -72,6 +81,7 @@ export class Agent {
         clearTimeout(this.#abandonTimer);
         this.#abandonTimer = undefined;
         this.#abandonAfterMs = welcome.abandonAfterMs;
+        this.#updater.offered(welcome.update);
         return this.#runner.resendEntries();
       },
       onDown: () => this.#startAbandonClock(),

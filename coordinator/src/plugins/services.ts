@@ -5,6 +5,8 @@ import fp from 'fastify-plugin';
 import pg from 'pg';
 import type { Logger } from 'pino';
 import { AgentHub } from '../modules/agent/agent-hub.ts';
+import { AgentBundle } from '../modules/agent-bundle/agent-bundle.ts';
+import { AgentUpdates } from '../modules/agent-bundle/agent-update.ts';
 import { AgentService } from '../modules/agent/agent.service.ts';
 import type { SecretBox } from '../modules/common/crypto.ts';
 import { type DeploymentEvents, SignalledDeploymentEvents } from '../modules/deployment/deployment-events.ts';
@@ -111,6 +113,7 @@ export function createServices(o: ServiceOptions): Services {
   const dispatch = new JobDispatch({ orm: o.orm, box: o.box, projects, leaseMs: o.agentLeaseMs });
   // The hub and the scheduler wake each other: an agent coming online may start a queued
   // deployment; a started deployment has jobs to send.
+  const agentUpdates = new AgentUpdates(new AgentBundle());
   const hub: AgentHub = new AgentHub({
     agents,
     jobs,
@@ -120,6 +123,8 @@ export function createServices(o: ServiceOptions): Services {
     leaseMs: o.agentLeaseMs,
     abandonAfterMs: o.agentLeaseMs + o.agentAbandonGraceMs,
     onAgentOnline: () => queueMoved(),
+    // Agents older than the one served at GET /agent/download are told so, and may update.
+    agentUpdate: (version) => agentUpdates.offerFor(version),
     log: o.log.child({ component: 'agent-hub' }),
   });
   const ssh = new SshRunner({

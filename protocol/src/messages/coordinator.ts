@@ -16,6 +16,18 @@ export const Welcome = Type.Object({
    */
   leaseMs: Type.Integer({ minimum: 100 }),
   abandonAfterMs: Type.Integer({ minimum: 100 }),
+  /**
+   * Sent when the coordinator serves a newer agent than this one (GET /agent/download): its
+   * version and the file's SHA-256. An agent running as the one-file bundle may update itself to
+   * it (agent/src/self-update.ts); one that does not know the field ignores it, so adding it
+   * changed no protocol version.
+   */
+  update: Type.Optional(
+    Type.Object({
+      version: Type.String({ maxLength: 64 }),
+      sha256: Type.String({ pattern: '^[0-9a-f]{64}$' }),
+    }),
+  ),
 });
 export type Welcome = Static<typeof Welcome>;
 

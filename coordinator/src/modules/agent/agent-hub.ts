@@ -13,6 +13,7 @@ import {
   type Hello,
   PROTOCOL_VERSION,
   type StepOutput,
+  type Welcome,
 } from '@deckhand/protocol';
 import type { Logger } from 'pino';
 import type { WebSocket } from 'ws';
@@ -32,6 +33,8 @@ export interface AgentHubOptions {
   abandonAfterMs: number;
   /** Called when an agent comes online (the scheduler may now start what waited for it). */
   onAgentOnline: () => void;
+  /** The newer agent to offer in the welcome (Welcome.update), if any. */
+  agentUpdate?: (agentVersion: string) => Promise<Welcome['update']>;
   log: Logger;
 }
 
@@ -278,6 +281,7 @@ export class AgentHub {
     // Its jobs are its own again before anything else happens (a lease may be about to run out).
     await this.#o.jobs.renewLeases([conn.agent.id]);
     const agent = await this.#o.agents.connected(conn.agent.id, this.#o.processId, hello);
+    const update = await this.#o.agentUpdate?.(hello.agentVersion).catch(() => undefined);
     conn.welcomed = true;
     conn.send({
       type: 'welcome',
@@ -287,9 +291,10 @@ export class AgentHub {
       heartbeatMs: this.#o.heartbeatMs,
       leaseMs: this.#o.leaseMs,
       abandonAfterMs: this.#o.abandonAfterMs,
+      ...(update ? { update } : {}),
     });
     this.#o.log.info(
-      { agent: agent.name, version: hello.agentVersion, hostname: hello.hostname },
+      { agent: agent.name, version: hello.agentVersion, hostname: hello.hostname, offered: update?.version },
       'agent connected',
     );
     const ended = await this.#o.jobs.agentReconnected(
