@@ -173,7 +173,8 @@ describe('POST /agents/install', () => {
     expect(notKey.json.error).toMatch(/^The private key is not a private key ssh can use/);
     const noFingerprint = body('no-fp') as Record<string, unknown>;
     delete noFingerprint.host_key_fingerprint;
-    expect((await admin.post('/agents/install', noFingerprint)).status).toBe(400);
+    const missing = await admin.post('/agents/install', noFingerprint);
+    expect(missing.status).toBe(400);
     await admin.post('/agents', { name: 'taken' });
     const taken = await admin.post('/agents/install', body('taken'));
     expect(taken.status).toBe(409);
@@ -183,6 +184,10 @@ describe('POST /agents/install', () => {
     );
     expect(insecure.status).toBe(400);
     expect(insecure.json.error).toContain('unencrypted');
+    // Refused requests carried a real key: it is not in the answers or the log either.
+    const keyBody = privateKey.split('\n')[1]!;
+    for (const res of [missing, taken, insecure]) expect(JSON.stringify(res)).not.toContain(keyBody);
+    expect(logs.join('')).not.toContain(keyBody);
   });
 
   it('is for admins only', async () => {
