@@ -38,6 +38,7 @@ import healthRoutes from './routes/health.ts';
 import metricsRoutes from './routes/metrics.ts';
 import pageRoutes from './routes/pages.ts';
 import projectHookRoutes from './routes/project-hooks.ts';
+import projectPageRoutes from './routes/project-pages.ts';
 import projectRoutes from './routes/projects.ts';
 import sshHostKeyRoutes from './routes/ssh-host-key.ts';
 import agentDownloadRoutes from './routes/agent-download.ts';
@@ -194,6 +195,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(metricsRoutes, { token: config.metricsToken });
   await app.register(accountRoutes, { rateLimit: config.loginRateLimit });
   await app.register(projectRoutes);
+  await app.register(projectPageRoutes);
   await app.register(sshHostKeyRoutes);
   await app.register(agentRoutes, { publicUrl });
   await app.register(agentDownloadRoutes);

@@ -39,14 +39,19 @@ document.addEventListener('click', (event) => {
   const item = button.closest('li');
   const action = button.dataset.listAction;
   if (action === 'add') {
-    const template = list.querySelector('li');
+    const template = list.querySelector('li:last-child');
     const fresh = template.cloneNode(true);
-    fresh.querySelector('input').value = '';
+    const input = fresh.querySelector('input, textarea');
+    input.value = '';
+    // A fresh id, and its label pointing at it.
+    const id = `${list.id || 'item'}-${Date.now()}`;
+    fresh.querySelector(`label[for="${input.id}"]`)?.setAttribute('for', id);
+    input.id = id;
     list.append(fresh);
-    fresh.querySelector('input').focus();
+    input.focus();
   } else if (action === 'remove' && item) {
     if (list.children.length > 1) item.remove();
-    else item.querySelector('input').value = '';
+    else item.querySelector('input, textarea').value = '';
   } else if (action === 'up' && item?.previousElementSibling) {
     item.previousElementSibling.before(item);
     button.focus();

@@ -4,6 +4,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import Type from 'typebox';
 import { requireActor } from '../plugins/auth.ts';
+import { acceptForms, formDone, isBrowserForm } from '../plugins/forms.ts';
 import { errors, Ok, Timestamp, Uuid } from '../modules/common/schemas.ts';
 
 const NullableString = Type.Union([Type.String(), Type.Null()]);
@@ -27,6 +28,7 @@ const DeliveryJson = Type.Object({
 export default async function deliveryRoutes(instance: FastifyInstance) {
   const app = instance.withTypeProvider<TypeBoxTypeProvider>();
   const webhooks = app.services.webhooks;
+  acceptForms(instance);
 
   app.get(
     '/projects/:id/deliveries',
@@ -47,7 +49,7 @@ export default async function deliveryRoutes(instance: FastifyInstance) {
   app.post(
     '/projects/:id/deliveries/:deliveryId/redeliver',
     {
-      config: { auth: 'admin' },
+      config: { auth: 'admin', form: true },
       schema: {
         tags: ['webhook'],
         params: Type.Object({ id: Type.String(), deliveryId: Type.String() }),
@@ -61,12 +63,16 @@ export default async function deliveryRoutes(instance: FastifyInstance) {
         },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const result = await webhooks.redeliver(
         request.params.id,
         request.params.deliveryId,
         requireActor(request),
       );
+      if (isBrowserForm(request)) {
+        const note = `Redelivered: ${result.body}`;
+        return formDone(request, reply, `/projects/${request.params.id}#deliveries`, note);
+      }
       return {
         success: true as const,
         status_code: result.status,

@@ -10,18 +10,21 @@ import {
   WebhookJson,
 } from '../modules/project/project.schema.ts';
 import { requireActor } from '../plugins/auth.ts';
+import { acceptForms, formDone, isBrowserForm } from '../plugins/forms.ts';
 import { renderPage, wantsHtml } from '../plugins/negotiation.ts';
+import { projectForm, renderProjectPage } from './project-pages.ts';
 
 const IdParams = Type.Object({ id: Type.String() });
 
 export default async function projectRoutes(instance: FastifyInstance) {
   const app = instance.withTypeProvider<TypeBoxTypeProvider>();
   const projects = app.services.projects;
+  acceptForms(instance);
 
   app.post(
     '/projects',
     {
-      config: { auth: 'admin' },
+      config: { auth: 'admin', form: (fields) => projectForm(fields) },
       schema: {
         tags: ['projects'],
         body: CreateProjectBody,
@@ -30,6 +33,10 @@ export default async function projectRoutes(instance: FastifyInstance) {
     },
     async (request, reply) => {
       const created = await projects.create(request.body, requireActor(request));
+      if (isBrowserForm(request)) {
+        const to = `/projects/${created.project.id}#webhook`;
+        return formDone(request, reply, to, `Project ${created.project.name} created`);
+      }
       return reply.code(201).send({ success: true, ...created });
     },
   );
@@ -55,15 +62,17 @@ export default async function projectRoutes(instance: FastifyInstance) {
       schema: {
         tags: ['projects'],
         params: IdParams,
+        querystring: Type.Object({
+          before: Type.Optional(
+            Type.String({ maxLength: 64, description: 'Page: history before this deployment' }),
+          ),
+        }),
         response: { 200: Ok({ project: ProjectJson }), ...errors(401, 404) },
       },
     },
     async (request, reply) => {
       const project = await projects.get(request.params.id);
-      if (wantsHtml(request)) {
-        const deployments = await app.services.deployments.list({ projectId: project.id, limit: 20 });
-        return renderPage(reply, 'project', { project, deployments });
-      }
+      if (wantsHtml(request)) return renderProjectPage(app, request, reply, project, request.query.before);
       return { success: true as const, project };
     },
   );
@@ -104,17 +113,21 @@ export default async function projectRoutes(instance: FastifyInstance) {
   app.post(
     '/projects/:id/deploy-key/rotate',
     {
-      config: { auth: 'admin' },
+      config: { auth: 'admin', form: true },
       schema: {
         tags: ['projects'],
         params: IdParams,
         response: { 200: Ok({ project: ProjectJson }), ...errors(401, 403, 404) },
       },
     },
-    async (request) => ({
-      success: true as const,
-      project: await projects.rotateDeployKey(request.params.id, requireActor(request)),
-    }),
+    async (request, reply) => {
+      const project = await projects.rotateDeployKey(request.params.id, requireActor(request));
+      if (isBrowserForm(request)) {
+        const note = 'New deploy key: add it to the forge (and remove the old one)';
+        return formDone(request, reply, `/projects/${project.id}#deploy-key`, note);
+      }
+      return { success: true as const, project };
+    },
   );
 
   app.get(
@@ -127,22 +140,33 @@ export default async function projectRoutes(instance: FastifyInstance) {
         response: { 200: Ok({ webhook: WebhookJson }), ...errors(401, 403, 404) },
       },
     },
-    async (request) => ({ success: true as const, webhook: await projects.getWebhook(request.params.id) }),
+    async (request, reply) => {
+      const webhook = await projects.getWebhook(request.params.id);
+      if (wantsHtml(request)) {
+        const project = await projects.get(request.params.id);
+        return renderPage(reply, 'project-webhook', { project, webhook });
+      }
+      return { success: true as const, webhook };
+    },
   );
 
   app.post(
     '/projects/:id/webhook/rotate',
     {
-      config: { auth: 'admin' },
+      config: { auth: 'admin', form: true },
       schema: {
         tags: ['projects'],
         params: IdParams,
         response: { 200: Ok({ webhook: WebhookJson }), ...errors(401, 403, 404) },
       },
     },
-    async (request) => ({
-      success: true as const,
-      webhook: await projects.rotateWebhook(request.params.id, requireActor(request)),
-    }),
+    async (request, reply) => {
+      const webhook = await projects.rotateWebhook(request.params.id, requireActor(request));
+      if (isBrowserForm(request)) {
+        const note = 'New webhook secret: reveal it below and update it in the forge';
+        return formDone(request, reply, `/projects/${request.params.id}#webhook`, note);
+      }
+      return { success: true as const, webhook };
+    },
   );
 }

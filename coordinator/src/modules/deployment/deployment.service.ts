@@ -386,6 +386,31 @@ export class DeploymentService {
     return rows.map((d) => this.toJson(d));
   }
 
+  /**
+   * The releases a project's hosts most likely still keep, to roll back to: the coordinator does
+   * not see the hosts' release folders, so this follows their pruning rule (the newest `keep`
+   * builds, failed ones included) over the deployments that built a release, counting every one
+   * that may have started building (so it errs towards leaving a kept release out, never listing
+   * a pruned one). `live` is the deployment whose release `current` points at after the newest
+   * successful deployment (a rollback's target, or that deployment itself).
+   */
+  async keptReleases(
+    projectId: string,
+    keep: number,
+  ): Promise<{ live: string | null; kept: DeploymentJson[] }> {
+    const em = this.#orm.em.fork();
+    const rows = await em.find(
+      Deployment,
+      { project: projectId, status: { $ne: 'queued' } },
+      { orderBy: { startedAt: 'desc', id: 'desc' }, limit: 500 },
+    );
+    const built = rows.filter((d) => d.kind === 'deploy' && d.snapshot.policies?.releases);
+    const lastGood = rows.find((d) => d.status === 'success' && d.snapshot.policies?.releases);
+    const live = lastGood ? (lastGood.kind === 'rollback' ? lastGood.rollbackTo : lastGood.id) : null;
+    const kept = built.slice(0, keep).filter((d) => d.status === 'success');
+    return { live: live ?? null, kept: kept.map((d) => this.toJson(d)) };
+  }
+
   /** The hosts a deployment of this project will run on, and why it waits for them now. */
   async #waitingFor(project: IProject, em: EntityManager): Promise<{ hosts: string[]; reason: string }> {
     const target = project.target;

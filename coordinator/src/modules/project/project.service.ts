@@ -301,6 +301,11 @@ export class ProjectService {
     });
   }
 
+  /** Where the project's forge sends pushes (not a secret: the signature is). */
+  webhookUrl(id: string): string {
+    return this.#webhookUrl(id);
+  }
+
   async getWebhook(id: string): Promise<{ url: string; secret: string }> {
     const project = await this.#find(id);
     return { url: this.#webhookUrl(project.id), secret: this.webhookSecret(project) };
