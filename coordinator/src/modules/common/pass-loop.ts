@@ -19,13 +19,23 @@ export class PassLoop {
   #running: Promise<void> | null = null;
   #again = false;
   #stopped = true;
+  #stopRequested = false;
 
   constructor(options: PassLoopOptions) {
     this.#o = options;
   }
 
+  /**
+   * `stop()` was called (and not `start()` again since): a long pass checks it to end early. A
+   * loop never started is not stopping, so a pass run by hand (tests, `runOnce`) goes to its end.
+   */
+  get stopRequested(): boolean {
+    return this.#stopRequested;
+  }
+
   start(): void {
     this.#stopped = false;
+    this.#stopRequested = false;
     this.#timer = setInterval(() => this.nudge(), this.#o.intervalMs);
     this.#timer.unref();
     this.nudge();
@@ -33,6 +43,7 @@ export class PassLoop {
 
   async stop(): Promise<void> {
     this.#stopped = true;
+    this.#stopRequested = true;
     clearInterval(this.#timer);
     await this.#running;
   }

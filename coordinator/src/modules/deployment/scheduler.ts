@@ -46,7 +46,6 @@ export class Scheduler {
   readonly #loop: PassLoop;
   /** A pass failed (the database is usually why): leases could not be renewed meanwhile. */
   #failedSince: number | null = null;
-  #stopped = false;
 
   constructor(options: SchedulerOptions) {
     this.#o = options;
@@ -62,12 +61,10 @@ export class Scheduler {
   }
 
   start(): void {
-    this.#stopped = false;
     this.#loop.start();
   }
 
   async stop(): Promise<void> {
-    this.#stopped = true;
     await this.#loop.stop();
   }
 
@@ -97,7 +94,7 @@ export class Scheduler {
     );
     let started = false;
     for (const candidate of candidates) {
-      if (this.#stopped) break;
+      if (this.#loop.stopRequested) break;
       started = (await this.#tryStart(candidate)) || started;
     }
     if (started) await this.#o.dispatch();

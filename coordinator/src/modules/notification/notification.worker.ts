@@ -8,8 +8,9 @@
 //    transaction, one `notification_deliveries` row per channel that wants it. The conditional
 //    upsert lets exactly one process win a state, so replicas never fan out twice.
 // 2. Deliver: due rows are claimed with FOR UPDATE SKIP LOCKED and a lease (`locked_until`),
-//    sent, and the outcome recorded as a `notification_attempts` row; failures are retried with
-//    exponential backoff until the attempts run out.
+//    sent by their channel (send-mail.ts, send-webhook.ts, send-commit-status.ts), and the outcome
+//    recorded as a `notification_attempts` row; failures are retried with exponential backoff
+//    until the attempts run out.
 // A restart loses nothing (the rows wait) and sends nothing twice, unless a process died in the
 // middle of a send, whose lease then expires and the send is tried again. Nothing here writes to
 // a deployment: a failed notification is recorded and logged, never the deployment's business.
@@ -18,14 +19,20 @@ import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import type { SecretBox } from '../common/crypto.ts';
 import { PassLoop } from '../common/pass-loop.ts';
-import { BadRequestError } from '../common/errors.ts';
-import type { DeploymentStatus } from '../deployment/deployment.entity.ts';
-import { type Mailer, SmtpNotConfiguredError } from '../mail/mailer.ts';
-import type { CommitStatusSettings, NotificationSettings } from '../project/project.entity.ts';
-import { commitStatusRequest, parseForgeUrl } from './commit-status.ts';
-import { type FailingCommand, outputTail, renderDeploymentMail } from './deployment-mail.ts';
+import type { Mailer } from '../mail/mailer.ts';
+import type { NotificationSettings } from '../project/project.entity.ts';
+import {
+  type ChannelContext,
+  type ChannelSender,
+  type ClaimedDelivery,
+  type NoticedDeployment,
+  type Outcome,
+  readNoticedDeployment,
+} from './delivery.ts';
 import type { Channel, HookEvent } from './notification.entity.ts';
-import { postJson, signWebhook } from './outgoing-http.ts';
+import { sendCommitStatus } from './send-commit-status.ts';
+import { sendMail } from './send-mail.ts';
+import { sendWebhook } from './send-webhook.ts';
 
 export interface NotificationWorkerOptions {
   orm: MikroORM;
@@ -48,54 +55,30 @@ const LOOKBACK = "interval '1 day'";
 /** How long a claimed delivery is ours: longer than any send can take (SMTP waits 10 s per step). */
 const LEASE_SECONDS = 300;
 const BATCH = 20;
-/** Bytes of a failing command's output read for the mail's tail. */
-const TAIL_BYTES = 16 * 1024;
 const BACKOFF_FACTOR = 2.5;
 
 const rank = (column: string) => `(case ${column} when 'queued' then 0 when 'running' then 1 else 2 end)`;
 
-interface DeploymentRow {
-  id: string;
-  project_id: string;
-  project_name: string;
-  status: DeploymentStatus;
-  reason: string | null;
-  commit: string | null;
-  branch: string;
-  trigger: string;
-  triggered_by: string;
-  started_at: string;
-  finished_at: string | null;
-  notifications: NotificationSettings | null;
-  commit_status: CommitStatusSettings | null;
-}
-
-interface ClaimedRow {
-  id: string;
-  channel: Channel;
-  hook_id: string | null;
-  event: string;
-  deployment_id: string;
-  project_id: string;
-  deployment_status: DeploymentStatus;
-  attempts: number;
-  payload: Record<string, unknown> | null;
-}
-
-type Outcome =
-  | { kind: 'delivered'; statusCode: number | null; durationMs: number }
-  | { kind: 'retry' | 'failed'; statusCode: number | null; error: string; durationMs: number }
-  | { kind: 'skipped'; error: string };
+const SENDERS: Record<Channel, ChannelSender> = {
+  email: sendMail,
+  webhook: sendWebhook,
+  commit_status: sendCommitStatus,
+};
 
 export class NotificationWorker {
   readonly #o: NotificationWorkerOptions;
-  readonly #httpTimeoutMs: number;
+  readonly #channels: ChannelContext;
   readonly #loop: PassLoop;
-  #stopped = true;
 
   constructor(options: NotificationWorkerOptions) {
     this.#o = options;
-    this.#httpTimeoutMs = options.httpTimeoutMs ?? 10_000;
+    this.#channels = {
+      orm: options.orm,
+      box: options.box,
+      mailer: options.mailer,
+      deploymentUrl: (id) => this.#deploymentUrl(id),
+      httpTimeoutMs: options.httpTimeoutMs ?? 10_000,
+    };
     this.#loop = new PassLoop({
       intervalMs: options.intervalMs,
       pass: () => this.#pass(),
@@ -105,12 +88,10 @@ export class NotificationWorker {
   }
 
   start(): void {
-    this.#stopped = false;
     this.#loop.start();
   }
 
   async stop(): Promise<void> {
-    this.#stopped = true;
     await this.#loop.stop();
   }
 
@@ -127,7 +108,7 @@ export class NotificationWorker {
   async #pass(): Promise<void> {
     await this.#noticeChanges();
     // Sends until nothing is due (a burst of deployments is not spread over many intervals).
-    while (!this.#stopped && (await this.#deliverDue()) === BATCH);
+    while (!this.#loop.stopRequested && (await this.#deliverDue()) === BATCH);
   }
 
   // --- 1. Notice ------------------------------------------------------------------------------
@@ -147,7 +128,7 @@ export class NotificationWorker {
         limit 200`,
     );
     for (const { id } of changed) {
-      if (this.#stopped) return;
+      if (this.#loop.stopRequested) return;
       await this.#notice(id);
     }
   }
@@ -155,13 +136,7 @@ export class NotificationWorker {
   /** Records the deployment's current state as noticed and creates its deliveries, at most once. */
   async #notice(deploymentId: string): Promise<void> {
     await this.#o.orm.em.fork().transactional(async (em) => {
-      const [d] = await em.execute<DeploymentRow[]>(
-        `select d.id, d.project_id, p.name as project_name, d.status, d.reason, d.commit, d.branch,
-                d.trigger, d.triggered_by, d.started_at, d.finished_at, p.notifications, p.commit_status
-           from deployments d join projects p on p.id = d.project_id
-          where d.id = ?`,
-        [deploymentId],
-      );
+      const d = await readNoticedDeployment(em, deploymentId);
       if (!d) return;
       const won = await em.execute<Array<{ deployment_id: string }>>(
         `insert into deployment_notices (deployment_id, status, noticed_at) values (?, ?, now())
@@ -254,7 +229,7 @@ export class NotificationWorker {
     });
   }
 
-  #webhookPayload(event: string, d: DeploymentRow) {
+  #webhookPayload(event: string, d: NoticedDeployment) {
     const startedAt = new Date(d.started_at);
     const finishedAt = d.finished_at ? new Date(d.finished_at) : null;
     return {
@@ -289,7 +264,7 @@ export class NotificationWorker {
 
   /** Claims and sends one batch of due deliveries; how many were claimed. */
   async #deliverDue(): Promise<number> {
-    const claimed = await this.#o.orm.em.fork().execute<ClaimedRow[]>(
+    const claimed = await this.#o.orm.em.fork().execute<ClaimedDelivery[]>(
       `update notification_deliveries
           set locked_until = now() + interval '${LEASE_SECONDS} seconds', attempts = attempts + 1
         where id in (
@@ -309,15 +284,10 @@ export class NotificationWorker {
     return claimed.length;
   }
 
-  async #deliver(row: ClaimedRow): Promise<void> {
+  async #deliver(row: ClaimedDelivery): Promise<void> {
     let outcome: Outcome;
     try {
-      outcome =
-        row.channel === 'email'
-          ? await this.#sendMail(row)
-          : row.channel === 'webhook'
-            ? await this.#sendWebhook(row)
-            : await this.#sendCommitStatus(row);
+      outcome = await SENDERS[row.channel](this.#channels, row);
     } catch (err) {
       // A bug or the database: the delivery is retried like any failure, and the error logged.
       this.#o.log.error({ err, delivery: row.id, channel: row.channel }, 'notification could not be sent');
@@ -326,7 +296,7 @@ export class NotificationWorker {
     await this.#record(row, outcome);
   }
 
-  async #record(row: ClaimedRow, outcome: Outcome): Promise<void> {
+  async #record(row: ClaimedDelivery, outcome: Outcome): Promise<void> {
     const exhausted = row.attempts >= this.#o.retryAttempts;
     const state =
       outcome.kind === 'delivered'
@@ -367,184 +337,6 @@ export class NotificationWorker {
     else if (state === 'pending')
       this.#o.log.warn({ ...context, error, retryInMs: delayMs }, 'notification failed, will retry');
     else this.#o.log.warn({ ...context, error }, 'notification failed for good');
-  }
-
-  async #sendMail(row: ClaimedRow): Promise<Outcome> {
-    const em = this.#o.orm.em.fork();
-    const [d] = await em.execute<DeploymentRow[]>(
-      `select d.id, d.project_id, p.name as project_name, d.status, d.reason, d.commit, d.branch,
-              d.trigger, d.triggered_by, d.started_at, d.finished_at, p.notifications, p.commit_status
-         from deployments d join projects p on p.id = d.project_id
-        where d.id = ?`,
-      [row.deployment_id],
-    );
-    const settings = d?.notifications;
-    if (!d || !settings || settings.on === 'never' || settings.emails.length === 0) {
-      return { kind: 'skipped', error: 'Mail notifications were turned off' };
-    }
-    const mail = renderDeploymentMail({
-      projectName: d.project_name,
-      deploymentId: d.id,
-      status: d.status,
-      reason: d.reason,
-      commit: d.commit,
-      branch: d.branch,
-      trigger: d.trigger,
-      triggeredBy: d.triggered_by,
-      startedAt: new Date(d.started_at),
-      finishedAt: d.finished_at ? new Date(d.finished_at) : null,
-      failing: await this.#failingCommand(d.id),
-      url: this.#deploymentUrl(d.id),
-    });
-    const started = performance.now();
-    const elapsed = () => Math.round(performance.now() - started);
-    try {
-      await this.#o.mailer.send({ to: settings.emails.join(', '), ...mail });
-      return { kind: 'delivered', statusCode: null, durationMs: elapsed() };
-    } catch (err) {
-      if (err instanceof SmtpNotConfiguredError) return { kind: 'skipped', error: 'SMTP not configured' };
-      const message = err instanceof Error ? err.message : String(err);
-      // Refused addresses will be refused again; a server that is down may come back.
-      const kind = err instanceof BadRequestError ? 'failed' : 'retry';
-      return { kind, statusCode: null, error: message, durationMs: elapsed() };
-    }
-  }
-
-  /** The first command that did not succeed (not one skipped after it), with its output's tail. */
-  async #failingCommand(deploymentId: string): Promise<FailingCommand | null> {
-    const em = this.#o.orm.em.fork();
-    const [entry] = await em.execute<
-      Array<{
-        id: string;
-        host: string;
-        cmd: string;
-        status: string;
-        exit_code: number | null;
-        size: string | number | null;
-        tail: Buffer | null;
-      }>
-    >(
-      `select id, host, cmd, status, exit_code, octet_length(output) as size,
-              substring(output from greatest(octet_length(output) - ${TAIL_BYTES - 1}, 1)) as tail
-         from log_entries
-        where deployment_id = ? and success = false and status <> 'skipped'
-        order by started_at, seq
-        limit 1`,
-      [deploymentId],
-    );
-    if (!entry) return null;
-    let bytes: Buffer;
-    let cut: boolean;
-    if (entry.tail) {
-      bytes = entry.tail;
-      cut = Number(entry.size) > TAIL_BYTES;
-    } else {
-      // Not compacted (the entry never ended properly): the newest chunks hold the tail.
-      const chunks = await em.execute<Array<{ data: Buffer; offset: string | number }>>(
-        `select data, "offset" from log_chunks where log_entry_id = ? order by "offset" desc limit 64`,
-        [entry.id],
-      );
-      const joined = Buffer.concat(chunks.reverse().map((c) => c.data));
-      bytes = joined.subarray(Math.max(0, joined.length - TAIL_BYTES));
-      cut = bytes.length < joined.length || (chunks.length > 0 && Number(chunks[0]!.offset) > 0);
-    }
-    const { tail, truncated } = outputTail(bytes, cut);
-    return {
-      host: entry.host,
-      cmd: entry.cmd,
-      status: entry.status,
-      exitCode: entry.exit_code,
-      tail,
-      truncated,
-    };
-  }
-
-  async #sendWebhook(row: ClaimedRow): Promise<Outcome> {
-    const [hook] = await this.#o.orm.em
-      .fork()
-      .execute<Array<{ url: string; secret_encrypted: string }>>(
-        'select url, secret_encrypted from project_hooks where id = ?',
-        [row.hook_id],
-      );
-    if (!hook || !row.payload) return { kind: 'skipped', error: 'The webhook was deleted' };
-    const body = JSON.stringify(row.payload);
-    const timestamp = Math.floor(Date.now() / 1000);
-    const secret = this.#o.box.decrypt(hook.secret_encrypted);
-    const result = await postJson(
-      hook.url,
-      {
-        'content-type': 'application/json',
-        'user-agent': 'Deckhand-Webhooks',
-        'webhook-id': row.id,
-        'webhook-timestamp': String(timestamp),
-        'webhook-signature': signWebhook(secret, row.id, timestamp, body),
-      },
-      body,
-      this.#httpTimeoutMs,
-    );
-    if (result.ok) return { kind: 'delivered', statusCode: result.statusCode, durationMs: result.durationMs };
-    return {
-      kind: 'retry',
-      statusCode: result.statusCode,
-      error: result.error ?? 'failed',
-      durationMs: result.durationMs,
-    };
-  }
-
-  async #sendCommitStatus(row: ClaimedRow): Promise<Outcome> {
-    const [d] = await this.#o.orm.em.fork().execute<
-      Array<{
-        commit: string | null;
-        branch: string;
-        reason: string | null;
-        status: string;
-        name: string;
-        forge_url: string;
-        commit_status: CommitStatusSettings | null;
-        token: string | null;
-      }>
-    >(
-      `select d.commit, d.branch, d.reason, d.status, p.name, p.forge_url, p.commit_status,
-              p.commit_status_token_encrypted as token
-         from deployments d join projects p on p.id = d.project_id
-        where d.id = ?`,
-      [row.deployment_id],
-    );
-    if (!d?.commit_status || !d.token) return { kind: 'skipped', error: 'Commit statuses were turned off' };
-    if (!d.commit) return { kind: 'skipped', error: 'The deployment has no commit' };
-    const repo = parseForgeUrl(d.forge_url);
-    if (!repo) {
-      return {
-        kind: 'failed',
-        statusCode: null,
-        error: 'forge_url does not name a repository on a forge',
-        durationMs: 0,
-      };
-    }
-    const request = commitStatusRequest({
-      provider: d.commit_status.provider,
-      apiUrl: d.commit_status.api_url,
-      repo,
-      token: this.#o.box.decrypt(d.token),
-      sha: d.commit,
-      branch: d.branch,
-      status: row.deployment_status,
-      // the reason describes the deployment's current state; an earlier state gets its default text
-      reason: d.status === row.deployment_status ? d.reason : null,
-      projectName: d.name,
-      targetUrl: this.#deploymentUrl(row.deployment_id),
-    });
-    const result = await postJson(request.url, request.headers, request.body, this.#httpTimeoutMs);
-    if (result.ok) return { kind: 'delivered', statusCode: result.statusCode, durationMs: result.durationMs };
-    const code = result.statusCode;
-    // A refusal (bad token, unknown repository or commit) will be refused again; 429 and 5xx may pass later.
-    const retry = code === null || code === 429 || code >= 500;
-    return {
-      kind: retry ? 'retry' : 'failed',
-      statusCode: code,
-      error: result.error ?? 'failed',
-      durationMs: result.durationMs,
-    };
   }
 }
 
