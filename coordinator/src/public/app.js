@@ -59,6 +59,14 @@ document.addEventListener('click', (event) => {
     item.nextElementSibling.after(item);
     button.focus();
   }
+  // Labels that number the items ("Command 3") follow their new places.
+  const prefix = list.dataset.itemLabel;
+  if (prefix) {
+    [...list.children].forEach((li, i) => {
+      const label = li.querySelector('label');
+      if (label) label.textContent = `${prefix} ${i + 1}`;
+    });
+  }
   event.preventDefault();
 });
 
