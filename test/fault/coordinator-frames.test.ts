@@ -5,61 +5,30 @@
 // code (protocol/src/close-codes.ts: BAD_FRAME 4400, TOO_LARGE 4413), and nothing else is
 // affected: a real agent's deployment runs to `success` meanwhile with its exact output, that
 // agent is never disconnected, and /healthz answers 200 throughout.
-import { randomBytes, randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { randomUUID } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
 import { CloseCode, encodeFrame, MAX_FRAME_BYTES, PROTOCOL_VERSION } from '../../protocol/src/index.ts';
-import type { RunningAgent } from '../helpers/agents.ts';
-import { connectPg, createTestDatabase, type TestDatabase } from '../helpers/database.ts';
+import { connectPg } from '../helpers/database.ts';
 import {
-  Admin,
   type Closed,
   expectExactLog,
+  faultCoordinator,
   launchAgent,
-  launchCoordinator,
   logLines,
   numberedLines,
   RawAgent,
   sleep,
-  stopAll,
-  tails,
 } from '../helpers/faults-coordinator.ts';
-import { createTestRepo, type TestRepo } from '../helpers/git.ts';
-import type { CoordinatorProcess } from '../helpers/processes.ts';
 
-let db: TestDatabase;
-let coordinator: CoordinatorProcess;
-let admin: Admin;
-let repo: TestRepo;
-const agents: RunningAgent[] = [];
-const raws: RawAgent[] = [];
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  coordinator = await launchCoordinator({
-    DATABASE_URL: db.url,
-    DECKHAND_SECRET: randomBytes(32).toString('base64url'),
-    // 2 s of silence drops a connection: tolerant of a busy CI machine, far below the default.
-    AGENT_HEARTBEAT_MS: '1000',
-    AGENT_LEASE_MS: '5000',
-    SCHEDULER_INTERVAL_MS: '100',
-    // The flood is the point here: keep the log to warnings.
-    LOG_LEVEL: 'warn',
-  });
-  admin = await Admin.signUp(coordinator.url);
-  admin.diagnostics = () => tails(coordinator.proc, ...agents);
-  repo = await createTestRepo();
-  await repo.commit({ 'app.txt': 'v1\n' }, 'first');
-}, 90_000);
-
-afterAll(async () => {
-  for (const raw of raws) raw.close();
-  await stopAll(agents);
-  // Let the coordinator record those disconnects before it stops (see coordinator-shutdown.test.ts).
-  await sleep(500);
-  await coordinator?.stop();
-  await db?.drop();
-  await repo?.remove();
-}, 60_000);
+const fault = faultCoordinator({
+  // 2 s of silence drops a connection: tolerant of a busy CI machine, far below the default.
+  AGENT_HEARTBEAT_MS: '1000',
+  AGENT_LEASE_MS: '5000',
+  SCHEDULER_INTERVAL_MS: '100',
+  // The flood is the point here: keep the log to warnings.
+  LOG_LEVEL: 'warn',
+});
+const { agents, raws } = fault;
 
 /** Polls /healthz (as a probe: no cookie) until stopped; every status and the slowest answer. */
 function watchHealth(everyMs = 25) {
@@ -70,7 +39,7 @@ function watchHealth(everyMs = 25) {
     while (running) {
       const started = Date.now();
       try {
-        const res = await fetch(`${coordinator.url}/healthz`);
+        const res = await fetch(`${fault.coordinator.url}/healthz`);
         await res.arrayBuffer();
         statuses.push(res.status);
       } catch {
@@ -223,7 +192,7 @@ function badFrames(victimJob: string): BadFrame[] {
 
 /** One connection, one bad frame: how it was closed (or why it was not). */
 async function sendBad(token: string, bad: BadFrame): Promise<{ kind: string; closed: Closed | string }> {
-  const raw = new RawAgent(coordinator.url, token);
+  const raw = new RawAgent(fault.coordinator.url, token);
   raws.push(raw);
   try {
     await raw.opened;
@@ -247,23 +216,23 @@ async function sendBad(token: string, bad: BadFrame): Promise<{ kind: string; cl
 
 describe('a flood of 200 bad frames from an agent with a valid token', () => {
   it('closes each connection with its documented code while a real deployment succeeds untouched', async () => {
-    const { token: steadyToken } = await admin.registerAgent('steady', ['steady']);
-    const steady = await launchAgent(coordinator.url, steadyToken);
+    const { token: steadyToken } = await fault.admin.registerAgent('steady', ['steady']);
+    const steady = await launchAgent(fault.coordinator.url, steadyToken);
     agents.push(steady);
     // Flooders: several agents, so that connections after hello do not replace each other.
     const flooders = await Promise.all(
-      ['flood-1', 'flood-2', 'flood-3', 'flood-4'].map((n) => admin.registerAgent(n, ['flood'])),
+      ['flood-1', 'flood-2', 'flood-3', 'flood-4'].map((n) => fault.admin.registerAgent(n, ['flood'])),
     );
-    await admin.waitForOnline(['steady']);
+    await fault.admin.waitForOnline(['steady']);
     const { cmd, expected } = numberedLines(240, 50); // ~12 s: the flood fits well inside it
-    const projectId = await admin.createProject({
+    const projectId = await fault.admin.createProject({
       name: 'steady',
-      forge_url: repo.url,
+      forge_url: fault.repo.url,
       commands: [cmd],
       target: { agents: { names: ['steady'] } },
     });
-    const deployId = await admin.deploy(projectId);
-    await admin.waitForOutput(deployId, cmd);
+    const deployId = await fault.admin.deploy(projectId);
+    await fault.admin.waitForOutput(deployId, cmd);
     const victimJob = await jobOf(deployId);
 
     const health = watchHealth();
@@ -290,7 +259,7 @@ describe('a flood of 200 bad frames from an agent with a valid token', () => {
     });
     await Promise.all([earlyRun, ...lateRuns]);
     const floodEndedAt = Date.now();
-    const during = await admin.detail(deployId);
+    const during = await fault.admin.detail(deployId);
     const { statuses, slowestMs } = await health.stop();
 
     expect(results).toHaveLength(200);
@@ -303,19 +272,19 @@ describe('a flood of 200 bad frames from an agent with a valid token', () => {
     expect(statuses.length).toBeGreaterThan(10);
     expect(statuses.filter((s) => s !== 200)).toEqual([]);
 
-    const detail = await admin.waitForEnd(deployId, 30_000);
+    const detail = await fault.admin.waitForEnd(deployId, 30_000);
     expect(detail.deployment.status, JSON.stringify(detail.deployment)).toBe('success');
-    await expectExactLog(db.url, detail, cmd, expected);
+    await expectExactLog(fault.db.url, detail, cmd, expected);
     // The real agent never lost its connection, and the coordinator is still alive.
     const drops = [
       ...logLines(steady, 'disconnected from the coordinator').map((l) => `agent: ${String(l.reason)}`),
-      ...logLines(coordinator.proc, 'agent silent for a heartbeat: dropping its connection').map(
+      ...logLines(fault.coordinator.proc, 'agent silent for a heartbeat: dropping its connection').map(
         (l) => `coordinator: dropped ${String(l.agent)} as silent`,
       ),
     ];
     expect(logLines(steady, 'connected'), drops.join('\n')).toHaveLength(1);
-    expect(coordinator.proc.child.exitCode).toBeNull();
-    expect((await fetch(`${coordinator.url}/healthz`)).status).toBe(200);
+    expect(fault.coordinator.proc.child.exitCode).toBeNull();
+    expect((await fetch(`${fault.coordinator.url}/healthz`)).status).toBe(200);
     console.log(
       `flood: 200 bad frames in ${floodEndedAt - floodStartedAt} ms, ` +
         `${statuses.length} health checks, slowest ${slowestMs} ms`,
@@ -323,23 +292,23 @@ describe('a flood of 200 bad frames from an agent with a valid token', () => {
   }, 90_000);
 
   it('a frame past the WebSocket limit (3 MiB) is also closed with TOO_LARGE (4413), as documented', async () => {
-    const { token } = await admin.registerAgent('huge', ['huge']);
-    const raw = new RawAgent(coordinator.url, token);
+    const { token } = await fault.admin.registerAgent('huge', ['huge']);
+    const raw = new RawAgent(fault.coordinator.url, token);
     raws.push(raw);
     await raw.opened;
     raw.sendRaw(`{"type":"hello","pad":"${'x'.repeat(3 * MAX_FRAME_BYTES)}"}`);
     const closed = await Promise.race([raw.closed, sleep(10_000).then(() => null)]);
     expect(closed).not.toBeNull();
     expect(closed!.code, `closed with ${closed!.code} ${closed!.reason}`).toBe(CloseCode.TOO_LARGE);
-    expect((await fetch(`${coordinator.url}/healthz`)).status).toBe(200);
+    expect((await fetch(`${fault.coordinator.url}/healthz`)).status).toBe(200);
   });
 
   it('a 1 MiB frame that breaks its schema does not stall the coordinator (/healthz within 500 ms)', async () => {
-    const { token } = await admin.registerAgent('staller', ['staller']);
+    const { token } = await fault.admin.registerAgent('staller', ['staller']);
     const head = `{"type":"hello","protocolVersion":${PROTOCOL_VERSION},"agentVersion":"x","hostname":"h","runningJobs":[],"labels":[`;
     const count = Math.floor((MAX_FRAME_BYTES - head.length - 2) / 4);
     const frame = `${head}${Array.from({ length: count }, () => '"a"').join(',')}]}`;
-    const raw = new RawAgent(coordinator.url, token);
+    const raw = new RawAgent(fault.coordinator.url, token);
     raws.push(raw);
     await raw.opened;
     const health = watchHealth(10);
@@ -355,7 +324,7 @@ describe('a flood of 200 bad frames from an agent with a valid token', () => {
 });
 
 async function jobOf(deployId: string): Promise<string> {
-  const client = await connectPg(db.url);
+  const client = await connectPg(fault.db.url);
   try {
     const { rows } = await client.query('select id from deployment_jobs where deployment_id = $1', [
       deployId,

@@ -3,70 +3,40 @@
 // not acknowledged, and the deployment ends `success` with every printed byte stored once, in
 // order — also when the coordinator stayed down longer than the lease (start-up reconciliation
 // gives in-flight jobs a fresh lease instead of declaring them lost before their agents are back).
-import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { RunningAgent } from '../helpers/agents.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import {
-  Admin,
   type DeploymentJson,
   expectExactLog,
+  faultCoordinator,
   launchAgent,
-  launchCoordinator,
   logLines,
   numberedLines,
   sleep,
-  stopAll,
-  tails,
 } from '../helpers/faults-coordinator.ts';
-import { createTestRepo, type TestRepo } from '../helpers/git.ts';
-import type { CoordinatorProcess } from '../helpers/processes.ts';
 
 const LEASE_MS = 3_000;
 
-let db: TestDatabase;
-let coordinator: CoordinatorProcess;
-let admin: Admin;
-let repo: TestRepo;
-const agents: RunningAgent[] = [];
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  coordinator = await launchCoordinator({
-    DATABASE_URL: db.url,
-    DECKHAND_SECRET: randomBytes(32).toString('base64url'),
-    AGENT_HEARTBEAT_MS: '300',
-    AGENT_LEASE_MS: String(LEASE_MS),
-    AGENT_ABANDON_GRACE_MS: '30000',
-    SCHEDULER_INTERVAL_MS: '100',
-  });
-  admin = await Admin.signUp(coordinator.url);
-  admin.diagnostics = () => tails(coordinator.proc, ...agents);
-  repo = await createTestRepo();
-  await repo.commit({ 'app.txt': 'v1\n' }, 'first');
-}, 90_000);
-
-afterAll(async () => {
-  await stopAll(agents);
-  // Let the coordinator record those disconnects before it stops (see coordinator-shutdown.test.ts).
-  await sleep(500);
-  await coordinator?.stop();
-  await db?.drop();
-  await repo?.remove();
-}, 60_000);
+const fault = faultCoordinator({
+  AGENT_HEARTBEAT_MS: '300',
+  AGENT_LEASE_MS: String(LEASE_MS),
+  AGENT_ABANDON_GRACE_MS: '30000',
+  SCHEDULER_INTERVAL_MS: '100',
+});
+const { agents } = fault;
 
 /** A fresh agent (its own name and label) and a project that runs `cmd` on it. */
 async function agentAndProject(
   name: string,
   cmd: string,
 ): Promise<{ agent: RunningAgent; projectId: string }> {
-  const { token } = await admin.registerAgent(name, [name]);
-  const agent = await launchAgent(coordinator.url, token);
+  const { token } = await fault.admin.registerAgent(name, [name]);
+  const agent = await launchAgent(fault.coordinator.url, token);
   agents.push(agent);
-  await admin.waitForOnline([name]);
-  const projectId = await admin.createProject({
+  await fault.admin.waitForOnline([name]);
+  const projectId = await fault.admin.createProject({
     name: `p-${name}`,
-    forge_url: repo.url,
+    forge_url: fault.repo.url,
     commands: [cmd],
     target: { agents: { names: [name] } },
   });
@@ -75,11 +45,11 @@ async function agentAndProject(
 
 /** SIGKILLs the coordinator about `atMs` after the command printed its first line; resolves once it is dead. */
 async function killCoordinatorDuring(deployId: string, cmd: string, atMs: number): Promise<number> {
-  await admin.waitForOutput(deployId, cmd);
+  await fault.admin.waitForOutput(deployId, cmd);
   await sleep(atMs);
   const killedAt = Date.now();
-  coordinator.proc.child.kill('SIGKILL');
-  const exit = await coordinator.proc.exited;
+  fault.coordinator.proc.child.kill('SIGKILL');
+  const exit = await fault.coordinator.proc.exited;
   expect(exit.signal).toBe('SIGKILL');
   return killedAt;
 }
@@ -90,8 +60,8 @@ async function killCoordinatorDuring(deployId: string, cmd: string, atMs: number
  */
 function timeline(agent: RunningAgent, killedAt: number, detail: DeploymentJson): string {
   const at = (t: number) => `+${t - killedAt} ms`;
-  const ready = logLines(coordinator.proc, 'Deckhand is ready').find((l) => l.time >= killedAt);
-  const lost = logLines(coordinator.proc, 'jobs lost with their agents (lease expired)').find(
+  const ready = logLines(fault.coordinator.proc, 'Deckhand is ready').find((l) => l.time >= killedAt);
+  const lost = logLines(fault.coordinator.proc, 'jobs lost with their agents (lease expired)').find(
     (l) => l.time >= killedAt,
   );
   const retries = logLines(agent, 'disconnected from the coordinator')
@@ -112,13 +82,13 @@ describe('the coordinator is killed while an agent runs a command', () => {
   it('comes back a second later: the agent reconnects, the deployment succeeds, every line stored once in order', async () => {
     const { cmd, expected } = numberedLines(80, 50); // ~4 s
     const { agent, projectId } = await agentAndProject('restart-1', cmd);
-    const deployId = await admin.deploy(projectId);
+    const deployId = await fault.admin.deploy(projectId);
     const killedAt = await killCoordinatorDuring(deployId, cmd, 1_400);
     await sleep(Math.max(0, killedAt + 1_000 - Date.now()));
-    await coordinator.restart();
-    const detail = await admin.waitForEnd(deployId, 30_000);
+    await fault.coordinator.restart();
+    const detail = await fault.admin.waitForEnd(deployId, 30_000);
     expect(detail.deployment.status, timeline(agent, killedAt, detail)).toBe('success');
-    await expectExactLog(db.url, detail, cmd, expected);
+    await expectExactLog(fault.db.url, detail, cmd, expected);
     // The same agent process did it all: it reconnected, it was not restarted.
     expect(agent.child.exitCode).toBeNull();
     expect(agent.output().match(/"msg":"connected"/g)?.length ?? 0).toBeGreaterThanOrEqual(2);
@@ -127,15 +97,15 @@ describe('the coordinator is killed while an agent runs a command', () => {
   it('comes back after longer than the lease: the job is not declared lost before its agent reconnects', async () => {
     const { cmd, expected } = numberedLines(200, 50); // ~10 s: still running when the agent is back
     const { agent, projectId } = await agentAndProject('restart-2', cmd);
-    const deployId = await admin.deploy(projectId);
+    const deployId = await fault.admin.deploy(projectId);
     const killedAt = await killCoordinatorDuring(deployId, cmd, 1_400);
     // Down for longer than the lease: every lease in the database has expired when it starts.
     await sleep(Math.max(0, killedAt + LEASE_MS + 1_000 - Date.now()));
-    await coordinator.restart();
-    const detail = await admin.waitForEnd(deployId, 40_000);
+    await fault.coordinator.restart();
+    const detail = await fault.admin.waitForEnd(deployId, 40_000);
     expect(detail.deployment.status, timeline(agent, killedAt, detail)).toBe('success');
-    await expectExactLog(db.url, detail, cmd, expected);
+    await expectExactLog(fault.db.url, detail, cmd, expected);
     expect(agent.child.exitCode).toBeNull();
-    expect(coordinator.proc.output()).toContain('jobs in flight at start-up');
+    expect(fault.coordinator.proc.output()).toContain('jobs in flight at start-up');
   }, 70_000);
 });

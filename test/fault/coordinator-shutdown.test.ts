@@ -3,96 +3,64 @@
 // connections with GOING_AWAY and exits 0 promptly (README: "Ctrl-C stops Deckhand ... cleanly"),
 // well before its own 15 s emergency exit; the real agent reconnects when a coordinator is back on
 // that port and the database, and a deployment then runs to `success` with its exact output.
-import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { CloseCode } from '../../protocol/src/index.ts';
-import type { RunningAgent } from '../helpers/agents.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import {
-  Admin,
   expectExactLog,
+  faultCoordinator,
   launchAgent,
-  launchCoordinator,
   numberedLines,
   RawAgent,
   sleep,
-  stopAll,
-  tails,
 } from '../helpers/faults-coordinator.ts';
 import { captureEvents } from '../helpers/fault-harness.ts';
-import { createTestRepo, type TestRepo } from '../helpers/git.ts';
-import type { CoordinatorProcess } from '../helpers/processes.ts';
 
-let db: TestDatabase;
-let coordinator: CoordinatorProcess;
-let admin: Admin;
-let repo: TestRepo;
-const agents: RunningAgent[] = [];
-const raws: RawAgent[] = [];
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  coordinator = await launchCoordinator({
-    DATABASE_URL: db.url,
-    DECKHAND_SECRET: randomBytes(32).toString('base64url'),
-    AGENT_HEARTBEAT_MS: '300',
-    AGENT_LEASE_MS: '20000',
-    SCHEDULER_INTERVAL_MS: '100',
-  });
-  admin = await Admin.signUp(coordinator.url);
-  admin.diagnostics = () => tails(coordinator.proc, ...agents);
-  repo = await createTestRepo();
-  await repo.commit({ 'app.txt': 'v1\n' }, 'first');
-}, 90_000);
-
-afterAll(async () => {
-  for (const raw of raws) raw.close();
-  await stopAll(agents);
-  await sleep(500);
-  await coordinator?.stop();
-  await db?.drop();
-  await repo?.remove();
-}, 60_000);
+const fault = faultCoordinator({
+  AGENT_HEARTBEAT_MS: '300',
+  AGENT_LEASE_MS: '20000',
+  SCHEDULER_INTERVAL_MS: '100',
+});
+const { agents, raws } = fault;
 
 describe('SIGTERM while agents are connected', () => {
   it('closes their connections with GOING_AWAY and exits 0 within 5 s, every time; agents then carry on', async () => {
-    const { token } = await admin.registerAgent('calm', ['calm']);
-    const agent = await launchAgent(coordinator.url, token);
+    const { token } = await fault.admin.registerAgent('calm', ['calm']);
+    const agent = await launchAgent(fault.coordinator.url, token);
     agents.push(agent);
     const raw = await Promise.all(
       ['calm-raw-1', 'calm-raw-2', 'calm-raw-3', 'calm-raw-4'].map(async (name) => {
-        const { token: t } = await admin.registerAgent(name, ['calm-raw']);
+        const { token: t } = await fault.admin.registerAgent(name, ['calm-raw']);
         return t;
       }),
     );
     // A viewer follows a deployment that waits (its agent never comes): its stream stays open
     // until the coordinator ends it.
-    const waiting = await admin.deploy(
-      await admin.createProject({
+    const waiting = await fault.admin.deploy(
+      await fault.admin.createProject({
         name: 'waits',
-        forge_url: repo.url,
+        forge_url: fault.repo.url,
         commands: ['true'],
         target: { agents: { names: ['nobody'] } },
       }),
     );
     for (let round = 1; round <= 3; round++) {
-      await admin.waitForOnline(['calm']);
-      const connections = await Promise.all(raw.map((t) => RawAgent.welcomed(coordinator.url, t)));
+      await fault.admin.waitForOnline(['calm']);
+      const connections = await Promise.all(raw.map((t) => RawAgent.welcomed(fault.coordinator.url, t)));
       raws.push(...connections);
-      const viewer = captureEvents(coordinator.url, admin.client.cookie!, waiting);
+      const viewer = captureEvents(fault.coordinator.url, fault.admin.client.cookie!, waiting);
       await sleep(300);
       const started = Date.now();
-      coordinator.proc.child.kill('SIGTERM');
+      fault.coordinator.proc.child.kill('SIGTERM');
       // Agents knocking while it stops (as reconnecting agents do) must not hold the stop up.
       const knocking = setInterval(() => {
-        const knock = new RawAgent(coordinator.url, raw[0]!);
+        const knock = new RawAgent(fault.coordinator.url, raw[0]!);
         knock.opened.catch(() => undefined);
         raws.push(knock);
       }, 10);
-      const exit = await coordinator.proc.exited;
+      const exit = await fault.coordinator.proc.exited;
       clearInterval(knocking);
       const tookMs = Date.now() - started;
-      const output = coordinator.proc.output();
+      const output = fault.coordinator.proc.output();
       expect(
         { round, exit, forced: output.includes('shutdown took longer than 15 s') },
         `round ${round}: SIGTERM took ${tookMs} ms\n${output.slice(-3_000)}`,
@@ -109,20 +77,20 @@ describe('SIGTERM while agents are connected', () => {
         events.some((e) => e.event === 'deployment'),
         `round ${round}`,
       ).toBe(true);
-      await coordinator.restart();
+      await fault.coordinator.restart();
     }
     // The real agent was never told to give up, and works with the coordinator that is back.
     expect(agent.child.exitCode).toBeNull();
     const { cmd, expected } = numberedLines(20, 20);
-    const projectId = await admin.createProject({
+    const projectId = await fault.admin.createProject({
       name: 'calm',
-      forge_url: repo.url,
+      forge_url: fault.repo.url,
       commands: [cmd],
       target: { agents: { names: ['calm'] } },
     });
-    const deployId = await admin.deploy(projectId);
-    const detail = await admin.waitForEnd(deployId, 30_000);
+    const deployId = await fault.admin.deploy(projectId);
+    const detail = await fault.admin.waitForEnd(deployId, 30_000);
     expect(detail.deployment.status, JSON.stringify(detail.deployment)).toBe('success');
-    await expectExactLog(db.url, detail, cmd, expected);
+    await expectExactLog(fault.db.url, detail, cmd, expected);
   }, 90_000);
 });

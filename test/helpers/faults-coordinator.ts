@@ -19,6 +19,7 @@ import WebSocket from 'ws';
 import { type RunningAgent, startAgent } from './agents.ts';
 import { type Client, signUp } from './coordinator.ts';
 import { connectPg, createTestDatabase, type TestDatabase } from './database.ts';
+import { createTestRepo, type TestRepo } from './git.ts';
 import { type CoordinatorProcess, startCoordinatorProcess } from './processes.ts';
 import { ENTRY_OUTPUT } from './sql.ts';
 
@@ -437,6 +438,73 @@ export function coordinatorCluster(count: number, env: Record<string, string>): 
       return db;
     },
     processes,
+    raws,
+    agents,
+  };
+}
+
+export interface FaultCoordinator {
+  readonly db: TestDatabase;
+  /** The coordinator process (on `db`); its `restart()` brings it back on the same port. */
+  readonly coordinator: CoordinatorProcess;
+  /** The first account, signed up on it; failure messages carry the processes' log tails. */
+  readonly admin: Admin;
+  /** A repository with one commit (`app.txt`). */
+  readonly repo: TestRepo;
+  /** Raw agents the tests open: closed before the coordinator stops. */
+  readonly raws: RawAgent[];
+  /** Real agents the tests start: stopped before the coordinator stops. */
+  readonly agents: RunningAgent[];
+}
+
+/**
+ * One coordinator process on a fresh database, an admin and a repository, for the file or
+ * describe that calls this (beforeAll/afterAll) — the single-process counterpart of
+ * `coordinatorCluster`. `env` comes on top of the database and a fresh root secret.
+ */
+export function faultCoordinator(env: Record<string, string>): FaultCoordinator {
+  let started: Omit<FaultCoordinator, 'raws' | 'agents'> | undefined;
+  const raws: RawAgent[] = [];
+  const agents: RunningAgent[] = [];
+  beforeAll(async () => {
+    const db = await createTestDatabase();
+    const coordinator = await launchCoordinator({
+      DATABASE_URL: db.url,
+      DECKHAND_SECRET: randomBytes(32).toString('base64url'),
+      ...env,
+    });
+    const admin = await Admin.signUp(coordinator.url);
+    admin.diagnostics = () => tails(coordinator.proc, ...agents);
+    const repo = await createTestRepo();
+    await repo.commit({ 'app.txt': 'v1\n' }, 'first');
+    started = { db, coordinator, admin, repo };
+  }, 90_000);
+  afterAll(async () => {
+    for (const raw of raws) raw.close();
+    await stopAll(agents);
+    // Let the coordinator record those disconnects before it stops (see coordinator-shutdown.test.ts).
+    await sleep(500);
+    await started?.coordinator.stop();
+    await started?.db.drop();
+    await started?.repo.remove();
+  }, 60_000);
+  const get = () => {
+    if (!started) throw new Error('the coordinator is not started yet (use it inside a test or hook)');
+    return started;
+  };
+  return {
+    get db() {
+      return get().db;
+    },
+    get coordinator() {
+      return get().coordinator;
+    },
+    get admin() {
+      return get().admin;
+    },
+    get repo() {
+      return get().repo;
+    },
     raws,
     agents,
   };
