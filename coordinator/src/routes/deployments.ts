@@ -153,6 +153,31 @@ export default async function deploymentRoutes(instance: FastifyInstance) {
     );
   }
 
+  // The releases a project can roll back to (modules/deployment keptReleases): the successful
+  // builds among the newest `releases.keep`, which the hosts still keep, and the one live now.
+  app.get(
+    '/projects/:id/releases',
+    {
+      schema: {
+        tags: ['deployments'],
+        params: Type.Object({ id: Type.String() }),
+        response: {
+          200: Ok({
+            live: Type.Union([Uuid, Type.Null()], { description: 'The deployment whose release is current' }),
+            releases: Type.Array(DeploymentJson, { description: 'Newest first; empty without releases' }),
+          }),
+          ...errors(401, 404),
+        },
+      },
+    },
+    async (request) => {
+      const project = await projects.get(request.params.id);
+      if (!project.releases) return { success: true as const, live: null, releases: [] };
+      const { live, kept } = await deployments.keptReleases(project.id, project.releases.keep);
+      return { success: true as const, live, releases: kept };
+    },
+  );
+
   app.get(
     '/deployments',
     {
