@@ -103,7 +103,9 @@ describe('creating a project in the browser', () => {
     await page.getByRole('button', { name: 'Create project' }).click();
     await page.waitForSelector('#project-error');
     expect(page.url()).toBe(`${coord.url}/projects/new`);
-    expect(await page.locator('#project-error').textContent()).toContain('name');
+    expect(await page.locator('#project-error').textContent()).toBe(
+      'name: letters, digits, ".", "_" and "-", starting with a letter or digit',
+    );
     expect(await page.getByLabel('Name', { exact: true }).getAttribute('aria-invalid')).toBe('true');
     // What was typed is back, except the secret.
     expect(await page.getByLabel('Repository URL').inputValue()).toBe(repo.url);
@@ -277,6 +279,27 @@ describe('the project page', () => {
     expect(await page.locator('.alert-notice').textContent()).toMatch(/^Redelivered: Ignored/);
     expect(await page.locator('#deliveries tbody tr').count()).toBe(4);
   }, 90_000);
+
+  it('fits a phone in dark mode: nothing wider than the screen', async () => {
+    const phone = await launchBrowser({ colorScheme: 'dark', viewport: { width: 390, height: 844 } });
+    try {
+      const p = await phone.newPage();
+      await signIn(p, ADMIN, PASSWORD);
+      for (const [path, name] of [
+        [`/projects/${projectId}`, 'project-phone-dark'],
+        [`/projects/${projectId}/settings`, 'project-settings-phone-dark'],
+        ['/projects/new', 'project-new-phone-dark'],
+      ] as const) {
+        await p.goto(coord.url + path);
+        await screenshot(p, name);
+        const overflow = await p.evaluate('document.documentElement.scrollWidth - window.innerWidth');
+        expect(overflow, path).toBeLessThanOrEqual(0);
+      }
+      expect(phone.errors).toEqual([]);
+    } finally {
+      await phone.close();
+    }
+  }, 60_000);
 
   it('pages through a long history', async () => {
     // A project no agent serves: its deployments wait, queued, and pile up.

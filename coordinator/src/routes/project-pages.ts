@@ -59,8 +59,22 @@ export function projectForm(fields: FormFields, edit = false): Record<string, un
   const patterns = words(field(fields, 'branch_patterns'));
   if (patterns.length || edit) body.branch_patterns = patterns;
 
+  // The mistakes a form invites, said plainly (the schema checks the rest). Each message starts
+  // with the field's JSON name, which the page uses to mark the field.
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(String(body.name))) {
+    throw new BadRequestError('name: letters, digits, ".", "_" and "-", starting with a letter or digit');
+  }
+  if ((body.commands as string[]).length === 0)
+    throw new BadRequestError('commands: add at least one command');
   const kind = text('target_kind');
   if (kind === 'ssh') {
+    for (const [name, what] of [
+      ['ssh_host', 'the SSH host'],
+      ['ssh_username', 'the SSH user'],
+      ['ssh_fingerprint', 'the host key fingerprint (Fetch host key shows it)'],
+    ] as const) {
+      if (!text(name)) throw new BadRequestError(`target: give ${what}`);
+    }
     const port = text('ssh_port');
     const key = field(fields, 'ssh_private_key').trim();
     body.target = {
@@ -73,9 +87,14 @@ export function projectForm(fields: FormFields, edit = false): Record<string, un
       },
     };
   } else if (kind === 'names') {
-    body.target = { agents: { names: words(field(fields, 'agent_names')) } };
+    const names = words(field(fields, 'agent_names'));
+    if (!names.length) throw new BadRequestError('target: name at least one agent, or choose another target');
+    body.target = { agents: { names } };
   } else {
-    body.target = { agents: { labels: words(field(fields, 'agent_labels')) } };
+    const labels = words(field(fields, 'agent_labels'));
+    if (!labels.length)
+      throw new BadRequestError('target: give at least one agent label, or choose another target');
+    body.target = { agents: { labels } };
   }
 
   const env = assignments(field(fields, 'env'), 'Environment');
