@@ -2,15 +2,24 @@
 // agent: creating a project through the form (errors beside it, what was typed kept, secrets
 // not), the project's page (Deploy with an optional commit, history with pages, Rollback to a kept
 // release, the webhook secret revealed and rotated — the old one then refused —, deliveries with
-// their decisions and Redeliver), the settings (secret values write-only, never in the HTML) and
-// deleting; a deployer and a viewer see no admin controls. Screenshots: test/.screenshots/project-*.png.
+// their decisions and Redeliver; a pushed branch name shown as text), a phone in dark mode, the
+// settings (secret values write-only, never in the HTML), an SSH target against a real sshd (Fetch
+// host key, then deploy over SSH) and deleting; a deployer and a viewer see no admin controls.
+// Screenshots: test/.screenshots/project-*.png.
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import type { Page } from 'playwright-core';
+import { utils as sshUtils } from 'ssh2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningAgent, startAgent } from '../helpers/agents.ts';
 import { launchBrowser, screenshot, type TestBrowser } from '../helpers/browser.ts';
 import { Client, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
 import { createTestRepo, type TestRepo } from '../helpers/git.ts';
 import { storedSecrets } from '../helpers/projects.ts';
+import { startSshd } from '../helpers/sshd.ts';
 import { pushTo, signAny } from '../helpers/webhooks.ts';
 
 const ADMIN = 'admin@example.com';
@@ -232,8 +241,8 @@ describe('the project page', () => {
     expect(await page.evaluate('navigator.clipboard.readText()')).toBe(secret);
     await screenshot(page, 'project-webhook-revealed');
 
-    const deliver = async (s: string) => {
-      const body = JSON.stringify(pushTo('feature/x'));
+    const deliver = async (s: string, branch = 'feature/x') => {
+      const body = JSON.stringify(pushTo(branch));
       return fetch(`${coord.url}/webhook/${projectId}`, {
         method: 'POST',
         headers: {
@@ -246,6 +255,9 @@ describe('the project page', () => {
       });
     };
     expect((await deliver(secret)).status).toBe(200);
+    // A branch name is the pusher's text: shown as text.
+    const hostile = 'x<img src=x onerror="window.pwned=1">';
+    expect((await deliver(secret, hostile)).status).toBe(200);
 
     await page.getByRole('button', { name: 'Rotate the secret' }).click();
     await page.waitForSelector('.alert-notice');
@@ -261,7 +273,10 @@ describe('the project page', () => {
     // The deliveries, newest first, with why each did or did not deploy; redeliver one.
     await page.reload();
     const rows = page.locator('#deliveries tbody tr');
-    expect(await rows.count()).toBe(3);
+    expect(await rows.count()).toBe(4);
+    expect(await rows.nth(2).textContent()).toContain(hostile);
+    expect(await page.locator('#deliveries img').count()).toBe(0);
+    expect(await page.evaluate('window.pwned')).toBeUndefined();
     expect(await rows.nth(0).textContent()).toMatch(/ignored/);
     expect(await rows.nth(1).locator('.decision').textContent()).toBe('rejected');
     expect(
@@ -277,7 +292,7 @@ describe('the project page', () => {
       .click();
     await page.waitForSelector('.alert-notice');
     expect(await page.locator('.alert-notice').textContent()).toMatch(/^Redelivered: Ignored/);
-    expect(await page.locator('#deliveries tbody tr').count()).toBe(4);
+    expect(await page.locator('#deliveries tbody tr').count()).toBe(5);
   }, 90_000);
 
   it('fits a phone in dark mode: nothing wider than the screen', async () => {
@@ -379,6 +394,64 @@ describe('project settings', () => {
     await page.getByRole('button', { name: 'Save settings' }).click();
     await page.waitForURL(`${coord.url}/projects/${projectId}`);
     expect(await storedSecrets(coord, projectId)).toEqual({ API_KEY: 'replaced-value' });
+  }, 90_000);
+});
+
+describe('an SSH target', () => {
+  it('fetches the host key, pins it and deploys over SSH; the private key is never shown again', async () => {
+    const tmp = await mkdtemp(join(tmpdir(), 'deckhand-project-ssh-'));
+    const pair = sshUtils.generateKeyPairSync('ed25519', { comment: 'deckhand-project-page-test' });
+    const sshd = await startSshd({ authorizedKeys: [pair.public] });
+    try {
+      // The fingerprint as OpenSSH computes it, independently of Deckhand's own code.
+      const pub = join(tmp, 'host.pub');
+      await writeFile(pub, `${sshd.hostKeyLine.split(' ').slice(1).join(' ')}\n`);
+      const exec = promisify(execFile);
+      const fingerprint = (await exec('ssh-keygen', ['-l', '-E', 'sha256', '-f', pub])).stdout.split(' ')[1]!;
+
+      await page.goto(`${coord.url}/projects/new`);
+      await page.getByLabel('Name', { exact: true }).fill('over-ssh');
+      await page.getByLabel('Repository URL').fill(repo.url);
+      await page.getByLabel('Command 1').fill('echo deployed over ssh; cat app.txt');
+      // Only the chosen target's fields are shown.
+      expect(await page.getByLabel('SSH host').isVisible()).toBe(false);
+      await page.getByLabel('One host over SSH (no agent)').check();
+      expect(await page.getByLabel('Agent labels').isVisible()).toBe(false);
+      await page.getByLabel('SSH host').fill('127.0.0.1');
+      await page.getByLabel('Port').fill(String(sshd.port));
+      await page.getByLabel('User', { exact: true }).fill(sshd.user);
+      await page.getByLabel('Private key').fill(pair.private);
+      await page.getByRole('button', { name: 'Fetch host key' }).click();
+      const offer = page.locator('#host-key-result li', { hasText: fingerprint });
+      await offer.waitFor();
+      await screenshot(page, 'project-new-ssh');
+      await offer.getByRole('button', { name: 'Use this one' }).click();
+      expect(await page.getByLabel('Host key fingerprint').inputValue()).toBe(fingerprint);
+      await page.getByRole('button', { name: 'Create project' }).click();
+      await page.waitForURL((url) => url.hash === '#webhook');
+      const id = new URL(page.url()).pathname.split('/')[2]!;
+      expect(await page.locator('dl.facts').textContent()).toContain(
+        `${sshd.user}@127.0.0.1:${sshd.port} over SSH`,
+      );
+
+      await page.getByRole('button', { name: 'Deploy', exact: true }).click();
+      const deployment = await deploymentOfPage(page);
+      await waitFinished(deployment);
+      await page.locator('pre.log', { hasText: 'deployed over ssh' }).waitFor();
+
+      // The settings keep the key without showing it; saving with the field empty keeps it.
+      const keyLine = pair.private.split('\n')[2]!;
+      await page.goto(`${coord.url}/projects/${id}/settings`);
+      expect(await page.content()).not.toContain(keyLine);
+      expect(await page.getByLabel('Private key').inputValue()).toBe('');
+      await page.getByRole('button', { name: 'Save settings' }).click();
+      await page.waitForURL(`${coord.url}/projects/${id}`);
+      await page.getByRole('button', { name: 'Deploy', exact: true }).click();
+      await waitFinished(await deploymentOfPage(page));
+    } finally {
+      await sshd.stop();
+      await rm(tmp, { recursive: true, force: true });
+    }
   }, 90_000);
 });
 
