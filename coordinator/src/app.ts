@@ -197,7 +197,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(projectRoutes);
   await app.register(projectPageRoutes);
   await app.register(sshHostKeyRoutes);
-  await app.register(agentRoutes, { publicUrl });
+  await app.register(agentRoutes, { publicUrl, heartbeatMs: config.agentHeartbeatMs });
   await app.register(agentDownloadRoutes);
   await app.register(deploymentRoutes);
   await app.register(deploymentEventRoutes);

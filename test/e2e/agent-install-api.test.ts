@@ -3,7 +3,9 @@
 // agent registered, uploaded, started (nohup here: no systemd), online — as a run whose steps
 // GET /agents/installs/:id shows; a wrong host key or an old Node ends the run failed with what
 // to do, registering nothing; the private key is never stored, answered or logged; admins only;
-// every run is in the audit log.
+// every run is in the audit log. Runs are rows of agent_installs (any coordinator process shows
+// them; test/fault/coordinator-cluster-install.test.ts runs two): one whose process stopped
+// writing shows as failed, and old ones are pruned.
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
@@ -58,6 +60,11 @@ async function finished(id: string): Promise<Record<string, any>> {
     if (res.json.install.status !== 'running' || Date.now() > deadline) return res.json.install;
     await new Promise((r) => setTimeout(r, 200));
   }
+}
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- a row of agent_installs
+async function stored(id: string): Promise<Array<Record<string, any>>> {
+  return coordinator!.orm.em.fork().execute('select * from agent_installs where id = ?', [id]);
 }
 
 beforeAll(async () => {
@@ -135,6 +142,12 @@ describe('POST /agents/install', () => {
     expect(audit.text).not.toContain(keyBody);
     expect(logs.join('')).not.toContain(keyBody);
     expect(logs.join('')).toContain('agent installed and online');
+    // What the page shows is the stored row, which holds no key either.
+    const [row] = await stored(run.id);
+    expect(row).toMatchObject({ status: 'succeeded', agent_id: run.agent_id, name });
+    expect(row!.lines).toEqual(run.lines);
+    expect(row!.finished_at).not.toBeNull();
+    expect(JSON.stringify(row)).not.toContain(keyBody);
   });
 
   it('fails a wrong host key before anything is sent, and says so, registering nothing', async () => {
@@ -190,6 +203,46 @@ describe('POST /agents/install', () => {
     expect(logs.join('')).not.toContain(keyBody);
   });
 
+  it('shows a run whose coordinator stopped writing as failed, with what to do, and prunes old runs', async () => {
+    const wrong = `SHA256:${randomBytes(32).toString('base64').replace(/=+$/, '')}`;
+    const res = await admin.post('/agents/install', body('stale-run', { host_key_fingerprint: wrong }));
+    const run = await finished(res.json.install.id);
+    expect(run.status).toBe('failed');
+    // As if its process had died while connecting: still "running", last written a minute ago
+    // (three heartbeats are 3 s here).
+    const em = coordinator!.orm.em.fork();
+    await em.execute(
+      `update agent_installs set status = 'running', error = null, finished_at = null,
+              steps = jsonb_set(steps, '{1,status}', '"running"'), updated_at = now() - interval '1 minute'
+        where id = ?`,
+      [run.id],
+    );
+    const shown = (await admin.get(`/agents/installs/${run.id}`)).json.install;
+    expect(shown.status).toBe('failed');
+    expect(shown.error).toBe(
+      'The coordinator running this installation stopped before it ended; run it again.',
+    );
+    expect(shown.steps.find((s: { step: string }) => s.step === 'connect').status).toBe('failed');
+    const page = await admin.get(`/agents/installs/${run.id}`, { headers: { accept: 'text/html' } });
+    expect(page.text).toContain('The installation failed.');
+    expect(page.text).toContain('stopped before it ended; run it again.');
+    // Written a moment ago, it is still running.
+    await em.execute(`update agent_installs set updated_at = now() where id = ?`, [run.id]);
+    expect((await admin.get(`/agents/installs/${run.id}`)).json.install.status).toBe('running');
+
+    // Runs older than 30 days go when the next one starts; a live one never does.
+    await em.execute(
+      `update agent_installs set created_at = now() - interval '31 days', status = 'failed' where id = ?`,
+      [run.id],
+    );
+    const next = await admin.post('/agents/install', body('after-prune', { host_key_fingerprint: wrong }));
+    expect(next.status).toBe(202);
+    expect(await stored(run.id)).toEqual([]);
+    expect((await admin.get(`/agents/installs/${run.id}`)).status).toBe(404);
+    expect(await stored(next.json.install.id)).toHaveLength(1);
+    await finished(next.json.install.id);
+  });
+
   it('is for admins only', async () => {
     const { client: viewer, user } = await signUp(coordinator!.url, uniqueEmail('viewer'));
     expect(user.role).toBe('viewer');
@@ -197,5 +250,6 @@ describe('POST /agents/install', () => {
     expect(res.status).toBe(403);
     expect((await viewer.get('/agents/installs/00000000-0000-0000-0000-000000000000')).status).toBe(403);
     expect((await admin.get('/agents/installs/00000000-0000-0000-0000-000000000000')).status).toBe(404);
+    expect((await admin.get('/agents/installs/not-a-uuid')).status).toBe(404);
   });
 });

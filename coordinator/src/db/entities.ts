@@ -1,5 +1,6 @@
 // Every entity the ORM knows, in one list (no folder scanning: what runs is what is imported).
 import { Agent } from '../modules/agent/agent.entity.ts';
+import { AgentInstall } from '../modules/agent-install/agent-install.entity.ts';
 import { AuditEvent } from '../modules/audit/audit-event.entity.ts';
 import { Deployment, DeploymentJob, LogChunk, LogEntry } from '../modules/deployment/deployment.entity.ts';
 import {
@@ -35,4 +36,5 @@ export const entities = [
   RateLimitHit,
   Invitation,
   Setting,
+  AgentInstall,
 ];

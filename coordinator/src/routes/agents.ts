@@ -1,6 +1,6 @@
 // Agents (API.md "Agents"): admins register and revoke them; the token is shown once. Admins can
 // also install one on a host over SSH from here (POST /agents/install, then its progress at
-// GET /agents/installs/:id; modules/agent-install).
+// GET /agents/installs/:id, from the database, on any coordinator process; modules/agent-install).
 import { checkAgentUrl, InstallError, parsePrivateKey } from '@deckhand/installer';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
@@ -87,7 +87,7 @@ function installForm(fields: FormFields) {
 
 export default async function agentRoutes(
   instance: FastifyInstance,
-  opts: { publicUrl?: () => string; bundle?: AgentBundle } = {},
+  opts: { publicUrl?: () => string; bundle?: AgentBundle; heartbeatMs?: number } = {},
 ) {
   const app = instance.withTypeProvider<TypeBoxTypeProvider>();
   const agents = app.services.agents;
@@ -96,6 +96,7 @@ export default async function agentRoutes(
     agents,
     bundle: opts.bundle ?? new AgentBundle(),
     log: app.log.child({ component: 'agent-install' }),
+    heartbeatMs: opts.heartbeatMs ?? 10_000,
   });
   app.addHook('onClose', () => installs.close());
   acceptForms(instance);
@@ -266,7 +267,7 @@ export default async function agentRoutes(
       },
     },
     async (request, reply) => {
-      const run = installs.get(request.params.id);
+      const run = await installs.get(request.params.id);
       if (wantsHtml(request)) return renderPage(reply, 'agent-install', { install: run });
       return { success: true as const, install: run };
     },

@@ -9,6 +9,7 @@ import { Migration20261122040000_rate_limits } from './Migration20261122040000_r
 import { Migration20261122041000_audit_origin } from './Migration20261122041000_audit_origin.ts';
 import { Migration20261122041151_invitations } from './Migration20261122041151_invitations.ts';
 import { Migration20261122041625_settings } from './Migration20261122041625_settings.ts';
+import { Migration20261122073005_agent_installs } from './Migration20261122073005_agent_installs.ts';
 
 export const migrations = [
   { name: 'Migration20261122002648_initial', class: Migration20261122002648_initial },
@@ -21,4 +22,5 @@ export const migrations = [
   { name: 'Migration20261122041000_audit_origin', class: Migration20261122041000_audit_origin },
   { name: 'Migration20261122041151_invitations', class: Migration20261122041151_invitations },
   { name: 'Migration20261122041625_settings', class: Migration20261122041625_settings },
+  { name: 'Migration20261122073005_agent_installs', class: Migration20261122073005_agent_installs },
 ];
