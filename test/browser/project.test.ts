@@ -483,6 +483,8 @@ describe('narrower roles', () => {
       await screenshot(p, 'project-deployer');
       const refused = await p.goto(`${coord.url}/projects/${projectId}/settings`);
       expect(refused?.status()).toBe(403);
+      expect(await p.locator('h1').textContent()).toBe('Not allowed');
+      await screenshot(p, 'project-settings-refused');
       await p.goto(`${coord.url}/projects`);
       expect(await p.getByRole('link', { name: 'New project' }).count()).toBe(0);
     } finally {
@@ -518,6 +520,12 @@ describe('deleting', () => {
     expect(await p.locator('.alert-notice').textContent()).toBe('Project shop deleted');
     expect((await admin.get(`/projects/${projectId}`)).status).toBe(404);
     expect(browser.errors).toEqual([]);
+    // Its page is gone: a page saying so, not JSON.
+    const gone = await p.goto(`${coord.url}/projects/${projectId}`);
+    expect(gone?.status()).toBe(404);
+    expect(await p.locator('h1').textContent()).toBe('Not found');
+    expect(await p.locator('.empty').textContent()).toContain('Project not found');
+    await screenshot(p, 'project-not-found');
     await p.close();
   });
 });

@@ -1,11 +1,13 @@
 // One place where failures become responses: every error body is `{success: false, error}`
 // (the webhook route answers plain text and formats its own). Domain errors carry their status;
 // Fastify's own errors (validation, 404, 413, 415, 429) keep theirs with a readable message;
-// anything else is a bug: logged with its stack, answered with a generic 500.
+// anything else is a bug: logged with its stack, answered with a generic 500. A browser navigating
+// (a GET wanting HTML) gets the same message as a page (views/error.eta) instead of JSON.
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { ConnectionException } from '@mikro-orm/core';
 import { DomainError } from '../modules/common/errors.ts';
+import { renderPage, wantsHtml } from './negotiation.ts';
 
 const FASTIFY_MESSAGES: Record<string, string> = {
   FST_ERR_CTP_INVALID_MEDIA_TYPE: 'Unsupported content type: send application/json',
@@ -39,6 +41,11 @@ export function errorMessage(error: FastifyError): { status: number; message: st
   return { status, message: error.message };
 }
 
+/** A browser navigating (GET, HTML wanted, with its session): it gets an error page, not JSON. */
+function isPageRequest(request: FastifyRequest): boolean {
+  return request.method === 'GET' && wantsHtml(request) && Boolean(request.session);
+}
+
 export default fp(
   async (app: FastifyInstance) => {
     app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
@@ -49,12 +56,16 @@ export default fp(
       if (reply.getHeader('content-type')?.toString().startsWith('text/plain')) {
         return reply.code(status).send(message);
       }
+      if (isPageRequest(request)) return renderPage(reply.code(status), 'error', { status, message });
       return reply
         .code(status)
         .type('application/json; charset=utf-8')
         .send({ success: false, error: message });
     });
     app.setNotFoundHandler((request, reply) => {
+      if (isPageRequest(request)) {
+        return renderPage(reply.code(404), 'error', { status: 404, message: 'There is no such page' });
+      }
       reply
         .code(404)
         .send({ success: false, error: `No route for ${request.method} ${request.url.split('?')[0]}` });
