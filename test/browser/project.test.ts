@@ -269,6 +269,10 @@ describe('the project page', () => {
     expect((await admin.get(`/projects/${projectId}/webhook`)).json.webhook.secret).toBe(rotated);
     expect((await deliver(secret)).status).toBe(401);
     expect((await deliver(rotated)).status).toBe(200);
+    // Without script, "Show the secret" opens it on a page of its own.
+    await page.goto(`${coord.url}/projects/${projectId}/webhook`);
+    expect(await page.locator('#webhook-secret').textContent()).toBe(rotated);
+    await page.goto(`${coord.url}/projects/${projectId}`);
 
     // The deliveries, newest first, with why each did or did not deploy; redeliver one.
     await page.reload();
@@ -294,6 +298,19 @@ describe('the project page', () => {
     expect(await page.locator('.alert-notice').textContent()).toMatch(/^Redelivered: Ignored/);
     expect(await page.locator('#deliveries tbody tr').count()).toBe(5);
   }, 90_000);
+
+  it('rotates the deploy key', async () => {
+    await page.goto(`${coord.url}/projects/${projectId}`);
+    const before = await page.locator('#deploy-public-key').textContent();
+    expect(before).toMatch(/^ssh-ed25519 /);
+    await page.getByRole('button', { name: 'Rotate the deploy key' }).click();
+    await page.waitForSelector('.alert-notice');
+    expect(await page.locator('.alert-notice').textContent()).toMatch(/^New deploy key/);
+    const after = await page.locator('#deploy-public-key').textContent();
+    expect(after).toMatch(/^ssh-ed25519 /);
+    expect(after).not.toBe(before);
+    expect((await admin.get(`/projects/${projectId}`)).json.project.deploy_key.public_key).toBe(after);
+  });
 
   it('fits a phone in dark mode: nothing wider than the screen', async () => {
     const phone = await launchBrowser({ colorScheme: 'dark', viewport: { width: 390, height: 844 } });

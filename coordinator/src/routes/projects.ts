@@ -64,7 +64,10 @@ export default async function projectRoutes(instance: FastifyInstance) {
         params: IdParams,
         querystring: Type.Object({
           before: Type.Optional(
-            Type.String({ maxLength: 64, description: 'Page: history before this deployment' }),
+            Type.String({
+              maxLength: 64,
+              description: 'The page only: its deployment history before this deployment id',
+            }),
           ),
         }),
         response: { 200: Ok({ project: ProjectJson }), ...errors(401, 404) },
