@@ -196,8 +196,19 @@ describe('the project page', () => {
     await page.getByLabel(/^Commit/).fill('not-a-sha');
     await page.getByRole('button', { name: 'Deploy', exact: true }).click();
     await page.waitForSelector('#deploy-error');
-    expect(await page.locator('#deploy-error').textContent()).toMatch(/commit/);
+    expect(await page.locator('#deploy-error').textContent()).toBe(
+      'commit: give the full commit SHA (40 hex digits), or leave it empty for the branch head',
+    );
     expect(await page.getByLabel(/^Commit/).inputValue()).toBe('not-a-sha');
+    // An abbreviated one too (agents cannot check one out): refused before anything is queued.
+    await page.evaluate('document.getElementById("deploy-commit").removeAttribute("pattern")');
+    await page.getByLabel(/^Commit/).fill(commits[1]!.slice(0, 12));
+    await page.getByRole('button', { name: 'Deploy', exact: true }).click();
+    await page.waitForLoadState();
+    // The page came back with the error and what was typed: this post's answer, not the last one.
+    await expect.poll(() => page.getByLabel(/^Commit/).inputValue()).toBe(commits[1]!.slice(0, 12));
+    expect(await page.locator('#deploy-error').textContent()).toMatch(/^commit: give the full commit SHA/);
+    expect((await admin.get(`/deployments?project_id=${projectId}`)).json.deployments).toHaveLength(2);
     await screenshot(page, 'project-deploy-error');
 
     await page.goto(`${coord.url}/projects/${projectId}`);

@@ -46,9 +46,17 @@ const EmbeddedProject = Type.Object({
   branch_name: Type.String(),
 });
 
-/** The Deploy form (project page): an empty commit means the branch head. */
+/**
+ * The Deploy form (project page): an empty commit means the branch head. Only a full SHA: the
+ * agents check out exactly the commit they are sent, and cannot take an abbreviated one.
+ */
 function deployForm(fields: FormFields) {
-  const commit = field(fields, 'commit').trim();
+  const commit = field(fields, 'commit').trim().toLowerCase();
+  if (commit && !/^[0-9a-f]{40}([0-9a-f]{24})?$/.test(commit)) {
+    throw new BadRequestError(
+      'commit: give the full commit SHA (40 hex digits), or leave it empty for the branch head',
+    );
+  }
   return { projectId: field(fields, 'projectId'), ...(commit ? { commit } : {}) };
 }
 
