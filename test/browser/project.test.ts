@@ -390,6 +390,8 @@ describe('project settings', () => {
     await page.getByLabel('Add secrets').fill(`NEW_TOKEN=${SECOND_SECRET}`);
     await page.getByRole('button', { name: 'Save settings' }).click();
     await page.waitForSelector('#project-error');
+    expect(await page.locator('#project-error').textContent()).toMatch(/^branch: not a git branch name/);
+    expect(await page.getByLabel('Branch', { exact: true }).getAttribute('aria-invalid')).toBe('true');
     expect(await page.getByLabel('Branch', { exact: true }).inputValue()).toBe('bad..branch');
     expect(await page.getByLabel('Add secrets').inputValue()).toBe('');
     expect(await page.content()).not.toContain(SECOND_SECRET);
