@@ -19,6 +19,7 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { launchBrowser } from '../test/helpers/browser.ts';
 import {
@@ -31,7 +32,7 @@ import {
   type ResultRow,
 } from './lib/harness.ts';
 import { checkLines, type PageLine, pageLines, recordLines, sseOpen } from './lib/page-lines.ts';
-import { startProduct } from './lib/product.ts';
+import { type DeploymentTrace, startProduct } from './lib/product.ts';
 import { startSseRelay } from './lib/sse-relay.ts';
 
 const RATES = [10, 100, 1000];
@@ -41,6 +42,33 @@ interface Round {
   latencies: number[];
   lost: number;
   disordered: number;
+  /** Product only, per line: printed → its frame on the coordinator's socket → stored → in the page. */
+  parts?: Array<[agent: number, store: number, page: number]>;
+}
+
+/**
+ * Splits each line's latency at its frame's arrival on the coordinator's socket and its storage
+ * (the probes' chunk trace, lib/product.ts), finding the chunk that holds the line's newline from
+ * the stored output.
+ */
+function splitLatencies(seen: PageLine[], output: string, trace: DeploymentTrace): Round['parts'] {
+  const ends = new Map<number, number>();
+  let at = 0;
+  for (const line of output.split('\n')) {
+    at += line.length + 1; // ASCII: characters are bytes
+    const m = /^\S+ line (\d+)$/.exec(line);
+    if (m) ends.set(Number(m[1]), at);
+  }
+  const chunks = trace.chunks.filter((c) => c.step === 1).sort((a, b) => a.offset - b.offset);
+  const wall = (t: number) => performance.timeOrigin + t;
+  const parts: NonNullable<Round['parts']> = [];
+  for (const [i, printed, shown] of seen) {
+    const end = ends.get(i);
+    const chunk = chunks.find((c) => end !== undefined && c.offset < end && end <= c.offset + c.bytes);
+    if (!chunk || !Number.isFinite(chunk.arrived)) continue;
+    parts.push([wall(chunk.arrived) - printed, chunk.stored - chunk.arrived, shown - wall(chunk.stored)]);
+  }
+  return parts;
 }
 
 export const e2eLatency: Benchmark = {
@@ -90,7 +118,9 @@ export const e2eLatency: Benchmark = {
         await writeFile(go, '');
         const seen = await pageLines(page, lines(rate), timeout(rate));
         await product.jobFinished(id, timeout(rate));
-        return measure(seen, lines(rate));
+        const parts = splitLatencies(seen, await product.stepOutput(id, 1), product.trace(id));
+        product.forget(id);
+        return { ...measure(seen, lines(rate)), parts };
       } catch (err) {
         throw new Error(`${(err as Error).message}\n${await product.diagnostics()}`, { cause: err });
       } finally {
@@ -145,6 +175,15 @@ export const e2eLatency: Benchmark = {
       const db = sum('relay', (r) => r.disordered);
       lostProduct += lp + dp;
       lostRelay += lb + db;
+      const parts = results.get('product')!.flatMap((r) => r.parts ?? []);
+      // Means (they add up to the mean latency; the parts' medians need not) and p99s.
+      const part = (k: number) => {
+        const values = parts.map((x) => x[k]!);
+        return `${fmt(values.reduce((a, b) => a + b, 0) / values.length)} / ${fmt(quantile(values, 0.99))}`;
+      };
+      notes.push(
+        `e2e-latency: ${rate} lines/s, product split (mean / p99 ms, ${parts.length} lines; mean total ${fmt(p.reduce((a, b) => a + b, 0) / p.length)} ms): printed → frame on the coordinator's socket ${part(0)}, → stored ${part(1)}, → in the page ${part(2)}.`,
+      );
       notes.push(
         `e2e-latency: ${rate} lines/s, ${rounds} round(s) of ${lines(rate)} lines each: ` +
           `product p50 ${fmt(quantile(p, 0.5))} p99 ${fmt(quantile(p, 0.99))} max ${fmt(Math.max(...p))} ms, ` +

@@ -150,17 +150,14 @@ export const soak: Benchmark = {
           failures.push(`${id}: ${(err as Error).message}`);
           continue;
         }
-        const { rows } = await product.pool.query<{ status: string; output: string | null }>(
-          `select d.status,
-                  (select convert_from(string_agg(c.data, ''::bytea order by c."offset"), 'UTF8')
-                     from log_entries e join log_chunks c on c.log_entry_id = e.id
-                    where e.deployment_id = d.id and e.seq = 1) as output
-             from deployments d where d.id = $1`,
+        const { rows } = await product.pool.query<{ status: string }>(
+          'select status from deployments where id = $1',
           [id],
         );
-        const row = rows[0];
-        if (row?.status === 'success' && exactLines(row.output ?? '', lines)) exact++;
-        else failures.push(`${id}: ${row?.status}, lines exact: ${exactLines(row?.output ?? '', lines)}`);
+        const status = rows[0]?.status;
+        const linesExact = exactLines(await product.stepOutput(id, 1), lines);
+        if (status === 'success' && linesExact) exact++;
+        else failures.push(`${id}: ${status}, lines exact: ${linesExact}`);
         product.forget(id);
         const elapsed = Math.round((performance.now() - started) / 1000);
         if (deployments % 10 === 0) log(`soak: ${elapsed}/${seconds} s, ${deployments} deployments`);

@@ -76,6 +76,8 @@ export interface Product {
   /** POST /deploy of the project at `commit` (as a push webhook would give it): the deployment id. */
   deploy(projectId: string): Promise<string>;
   trace(deploymentId: string): DeploymentTrace;
+  /** The stored output of the deployment's command `seq` (1 = the first after the checkout), as text. */
+  stepOutput(deploymentId: string, seq: number): Promise<string>;
   /** Drops what the probes hold of a finished deployment (the soak runs hundreds). */
   forget(deploymentId: string): void;
   /** Resolves when the coordinator has handled job.finished for the deployment. */
@@ -316,6 +318,15 @@ export async function startProduct(
       return res.json.deployId as string;
     },
     trace: traceOf,
+    async stepOutput(deploymentId, seq) {
+      const { rows } = await pool.query<{ output: string | null }>(
+        `select convert_from(string_agg(c.data, ''::bytea order by c."offset"), 'UTF8') as output
+           from log_entries e join log_chunks c on c.log_entry_id = e.id
+          where e.deployment_id = $1 and e.seq = $2`,
+        [deploymentId, seq],
+      );
+      return rows[0]?.output ?? '';
+    },
     forget(deploymentId) {
       traces.delete(deploymentId);
       for (const [jobId, d] of jobToDeployment) if (d === deploymentId) jobToDeployment.delete(jobId);
