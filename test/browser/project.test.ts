@@ -418,6 +418,32 @@ describe('project settings', () => {
       expect(html).not.toContain(SECOND_SECRET);
     }
 
+    // Commit statuses: the token is write-only too, and kept when the field is left empty.
+    const forgeToken = 'ghp_formTokenValue1234567890';
+    await page.getByLabel('Repository URL').fill('https://github.com/acme/shop.git');
+    await page.getByLabel('Report each deployment on the commit, at').selectOption('github');
+    await page.getByLabel('Forge API token').fill(forgeToken);
+    await page.getByRole('button', { name: 'Save settings' }).click();
+    await page.waitForURL(`${coord.url}/projects/${projectId}`);
+    let saved = (await admin.get(`/projects/${projectId}`)).json.project;
+    expect(saved.commit_status).toEqual({ provider: 'github', api_url: null, has_token: true });
+    await page.goto(`${coord.url}/projects/${projectId}/settings`);
+    expect(await page.content()).not.toContain(forgeToken);
+    expect(await page.getByLabel('Forge API token').inputValue()).toBe('');
+    await page.getByRole('button', { name: 'Save settings' }).click();
+    await page.waitForURL(`${coord.url}/projects/${projectId}`);
+    saved = (await admin.get(`/projects/${projectId}`)).json.project;
+    expect(saved.commit_status).toEqual({ provider: 'github', api_url: null, has_token: true });
+    await page.goto(`${coord.url}/projects/${projectId}/settings`);
+    await page.getByLabel('Report each deployment on the commit, at').selectOption('');
+    await page.getByLabel('Repository URL').fill(repo.url);
+    await page.getByRole('button', { name: 'Save settings' }).click();
+    await page.waitForURL(`${coord.url}/projects/${projectId}`);
+    saved = (await admin.get(`/projects/${projectId}`)).json.project;
+    expect(saved.commit_status).toBeNull();
+    expect(saved.forge_url).toBe(repo.url);
+    await page.goto(`${coord.url}/projects/${projectId}/settings`);
+
     // Replace one secret, remove the other.
     await page.getByLabel('API_KEY', { exact: true }).fill('replaced-value');
     await page.locator('.secret-row', { hasText: 'NEW_TOKEN' }).getByLabel('Remove').check();
@@ -448,7 +474,7 @@ describe('an SSH target', () => {
       await page.getByLabel('One host over SSH (no agent)').check();
       expect(await page.getByLabel('Agent labels').isVisible()).toBe(false);
       await page.getByLabel('SSH host').fill('127.0.0.1');
-      await page.getByLabel('Port').fill(String(sshd.port));
+      await page.getByLabel('Port', { exact: true }).fill(String(sshd.port));
       await page.getByLabel('User', { exact: true }).fill(sshd.user);
       await page.getByLabel('Private key').fill(pair.private);
       await page.getByRole('button', { name: 'Fetch host key' }).click();

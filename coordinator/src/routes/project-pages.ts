@@ -134,6 +134,15 @@ export function projectForm(fields: FormFields, edit = false): Record<string, un
   const on = text('notify_on');
   if (emails.length || edit) body.notifications = { emails, ...(on ? { on } : {}) };
 
+  const provider = text('commit_status_provider');
+  if (provider) {
+    const token = field(fields, 'commit_status_token').trim();
+    const apiUrl = text('commit_status_api_url');
+    body.commit_status = { provider, api_url: apiUrl || null, ...(token ? { token } : {}) };
+  } else if (edit) {
+    body.commit_status = null;
+  }
+
   const concurrency = text('concurrency');
   if (concurrency) body.concurrency = concurrency;
   const deploymentSeconds = text('deployment_seconds');
