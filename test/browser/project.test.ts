@@ -310,6 +310,39 @@ describe('the project page', () => {
     expect(await page.locator('#deliveries tbody tr').count()).toBe(5);
   }, 90_000);
 
+  it('adds an outgoing webhook (its secret shown once) and deletes it', async () => {
+    await page.goto(`${coord.url}/projects/${projectId}`);
+    expect(await page.locator('#hooks').getByText('None yet.').count()).toBe(1);
+    // Credentials in the URL: refused beside the form, what was typed kept.
+    await page.getByLabel('URL', { exact: true }).fill('https://user:pw@example.com/hook');
+    await page.getByRole('button', { name: 'Add outgoing webhook' }).click();
+    await page.waitForSelector('#add-hook-error');
+    expect(await page.getByLabel('URL', { exact: true }).inputValue()).toBe(
+      'https://user:pw@example.com/hook',
+    );
+
+    await page.getByLabel('URL', { exact: true }).fill('https://example.com/deckhand-hook');
+    await page.getByLabel('deployment.finished').check();
+    await page.getByRole('button', { name: 'Add outgoing webhook' }).click();
+    await page.waitForSelector('#hook-secret');
+    const secret = (await page.locator('#hook-secret').textContent())!;
+    expect(secret).toMatch(/^whsec_/);
+    const hooks = (await admin.get(`/projects/${projectId}/hooks`)).json.hooks;
+    expect(hooks).toMatchObject([
+      { url: 'https://example.com/deckhand-hook', events: ['deployment.finished'] },
+    ]);
+    await screenshot(page, 'project-hook-created');
+
+    await page.getByRole('link', { name: 'Back to the project' }).click();
+    expect(await page.content()).not.toContain(secret);
+    const row = page.locator('#hooks li', { hasText: 'https://example.com/deckhand-hook' });
+    expect(await row.textContent()).toContain('deployment.finished');
+    await row.getByRole('button', { name: /^Delete/ }).click();
+    await page.waitForSelector('.alert-notice');
+    expect(await page.locator('.alert-notice').textContent()).toBe('Outgoing webhook deleted');
+    expect((await admin.get(`/projects/${projectId}/hooks`)).json.hooks).toEqual([]);
+  });
+
   it('rotates the deploy key', async () => {
     await page.goto(`${coord.url}/projects/${projectId}`);
     const before = await page.locator('#deploy-public-key').textContent();

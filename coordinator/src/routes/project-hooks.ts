@@ -10,14 +10,23 @@ import {
   NotificationDeliveryJson,
 } from '../modules/notification/notification.schema.ts';
 import { requireActor } from '../plugins/auth.ts';
+import { acceptForms, field, fieldList, type FormFields, isBrowserForm } from '../plugins/forms.ts';
+import { renderPage } from '../plugins/negotiation.ts';
 
 const ProjectParams = Type.Object({ id: Type.String() });
 const HookParams = Type.Object({ id: Type.String(), hookId: Type.String() });
 const Limit = Type.Integer({ minimum: 1, maximum: 200, default: 50 });
 
+/** The project page's "add outgoing webhook" form: no event ticked means every event. */
+function hookForm(fields: FormFields) {
+  const events = fieldList(fields, 'events');
+  return { url: field(fields, 'url').trim(), ...(events.length ? { events } : {}) };
+}
+
 export default async function projectHookRoutes(instance: FastifyInstance) {
   const app = instance.withTypeProvider<TypeBoxTypeProvider>();
   const notifications = app.services.notifications;
+  acceptForms(instance);
 
   app.get(
     '/projects/:id/hooks',
@@ -37,7 +46,7 @@ export default async function projectHookRoutes(instance: FastifyInstance) {
   app.post(
     '/projects/:id/hooks',
     {
-      config: { auth: 'admin' },
+      config: { auth: 'admin', form: hookForm },
       schema: {
         tags: ['notifications'],
         params: ProjectParams,
@@ -55,6 +64,11 @@ export default async function projectHookRoutes(instance: FastifyInstance) {
     },
     async (request, reply) => {
       const created = await notifications.createHook(request.params.id, request.body, requireActor(request));
+      if (isBrowserForm(request)) {
+        // The secret, once, on a page of its own (as the JSON answer shows it once).
+        const project = await app.services.projects.get(request.params.id);
+        return renderPage(reply, 'project-hook-created', { project, ...created });
+      }
       return reply.code(201).send({ success: true, ...created });
     },
   );

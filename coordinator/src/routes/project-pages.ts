@@ -1,7 +1,7 @@
 // The project pages: "new project" (GET /projects/new, posted to POST /projects), the project's
 // page (GET /projects/:id in a browser: rendered here, routed in projects.ts) and its settings
 // (GET /projects/:id/settings), with the form posts that have no HTML-form-shaped JSON route
-// (PATCH and DELETE /projects/:id). Each calls the same service as its JSON route. The project
+// (PATCH and DELETE /projects/:id, DELETE of an outgoing webhook). Each calls the same service as its JSON route. The project
 // form's fields are turned into the JSON body by `projectForm` (the same for creating and
 // editing, except that an edit sends every field so emptying one clears it). Secret values are
 // write-only: the form never carries them back, an empty one keeps what is stored.
@@ -9,6 +9,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import Type from 'typebox';
 import { hasRole } from '../modules/common/actor.ts';
+import { HOOK_EVENTS } from '../modules/notification/notification.entity.ts';
 import { BadRequestError } from '../modules/common/errors.ts';
 import { type ProjectJson, UpdateProjectBody } from '../modules/project/project.schema.ts';
 import { requireActor } from '../plugins/auth.ts';
@@ -168,12 +169,13 @@ export async function renderProjectPage(
   project: ProjectJson,
   before: string | undefined,
 ): Promise<FastifyReply> {
-  const { deployments, webhooks } = app.services;
+  const { deployments, webhooks, notifications } = app.services;
   const actor = requireActor(request);
-  const [page, releases, deliveries] = await Promise.all([
+  const [page, releases, deliveries, hooks] = await Promise.all([
     deployments.list({ projectId: project.id, limit: HISTORY_PAGE + 1, before }),
     project.releases ? deployments.keptReleases(project.id, project.releases.keep) : null,
     webhooks.listDeliveries(project.id, 10),
+    notifications.listHooks(project.id),
   ]);
   return renderPage(reply, 'project', {
     project,
@@ -182,6 +184,8 @@ export async function renderProjectPage(
     paged: Boolean(before),
     releases,
     deliveries,
+    hooks,
+    hookEvents: HOOK_EVENTS,
     webhookUrl: app.services.projects.webhookUrl(project.id),
     admin: hasRole(actor, 'admin'),
     deployer: hasRole(actor, 'deployer'),
@@ -223,6 +227,23 @@ export default async function projectPageRoutes(instance: FastifyInstance) {
     async (request, reply) => {
       const project = await projects.update(request.params.id, request.body, requireActor(request));
       return formDone(request, reply, `/projects/${project.id}`, 'Settings saved');
+    },
+  );
+
+  // DELETE /projects/:id/hooks/:hookId as a form.
+  app.post(
+    '/projects/:id/hooks/:hookId/delete',
+    {
+      config: { auth: 'admin', form: true },
+      schema: {
+        hide: true,
+        params: Type.Object({ id: Type.String({ maxLength: 64 }), hookId: Type.String({ maxLength: 64 }) }),
+      },
+    },
+    async (request, reply) => {
+      const { id, hookId } = request.params;
+      await app.services.notifications.deleteHook(id, hookId, requireActor(request));
+      return formDone(request, reply, `/projects/${id}#hooks`, 'Outgoing webhook deleted');
     },
   );
 
