@@ -399,16 +399,27 @@ export class DeploymentService {
     keep: number,
   ): Promise<{ live: string | null; kept: DeploymentJson[] }> {
     const em = this.#orm.em.fork();
-    const rows = await em.find(
-      Deployment,
-      { project: projectId, status: { $ne: 'queued' } },
-      { orderBy: { startedAt: 'desc', id: 'desc' }, limit: 500 },
+    // Only what the rule needs (snapshots are large); the kept ones are then read whole.
+    const rows = await em.execute<
+      Array<{ id: string; status: string; kind: string; rollback_to: string | null; releases: boolean }>
+    >(
+      `select id, status, kind, rollback_to,
+              coalesce(jsonb_typeof(snapshot->'policies'->'releases') = 'object', false) as releases
+         from deployments where project_id = ? and status <> 'queued'
+        order by started_at desc, id desc limit 500`,
+      [projectId],
     );
-    const built = rows.filter((d) => d.kind === 'deploy' && d.snapshot.policies?.releases);
-    const lastGood = rows.find((d) => d.status === 'success' && d.snapshot.policies?.releases);
-    const live = lastGood ? (lastGood.kind === 'rollback' ? lastGood.rollbackTo : lastGood.id) : null;
-    const kept = built.slice(0, keep).filter((d) => d.status === 'success');
-    return { live: live ?? null, kept: kept.map((d) => this.toJson(d)) };
+    const built = rows.filter((d) => d.kind === 'deploy' && d.releases);
+    const lastGood = rows.find((d) => d.status === 'success' && d.releases);
+    const live = lastGood ? (lastGood.kind === 'rollback' ? lastGood.rollback_to : lastGood.id) : null;
+    const ids = built
+      .slice(0, keep)
+      .filter((d) => d.status === 'success')
+      .map((d) => d.id);
+    const kept = ids.length
+      ? await em.find(Deployment, { id: { $in: ids } }, { orderBy: { startedAt: 'desc', id: 'desc' } })
+      : [];
+    return { live, kept: kept.map((d) => this.toJson(d)) };
   }
 
   /** The hosts a deployment of this project will run on, and why it waits for them now. */
