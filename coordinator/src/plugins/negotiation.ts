@@ -123,3 +123,8 @@ export function renderPage(
     .type('text/html; charset=utf-8')
     .send(eta.render(template, { title: 'Deckhand', page, fmt, h: htmlHelpers(page), ...data }));
 }
+
+/** A JSON answer that is already text (kept serialised): sent as it is, past the route's serialiser. */
+export function sendJsonText(reply: FastifyReply, json: string): FastifyReply {
+  return reply.type('application/json; charset=utf-8').send(json);
+}

@@ -10,6 +10,7 @@ import { AgentUpdates } from '../modules/agent-bundle/agent-update.ts';
 import { AgentService } from '../modules/agent/agent.service.ts';
 import type { SecretBox } from '../modules/common/crypto.ts';
 import { type DeploymentEvents, SignalledDeploymentEvents } from '../modules/deployment/deployment-events.ts';
+import { FinishedLogs } from '../modules/deployment/finished-logs.ts';
 import { DeploymentService } from '../modules/deployment/deployment.service.ts';
 import { ClusterSignals } from '../modules/cluster/cluster-signals.ts';
 import { Retention } from '../modules/deployment/retention.ts';
@@ -187,7 +188,15 @@ export function createServices(o: ServiceOptions): Services {
   signals.on('revoked', (ids) => {
     for (const id of ids) hub.revoke(id);
   });
-  const deployments = new DeploymentService(o.orm, agents, events, jobs, () => queueMoved());
+  // 32 MiB of finished deployments' logs as JSON text (about 250 deployments of 200 entries).
+  const deployments = new DeploymentService(
+    o.orm,
+    agents,
+    events,
+    jobs,
+    () => queueMoved(),
+    new FinishedLogs(32 * 2 ** 20),
+  );
   const webhooks = new WebhookService(o.orm, projects, deployments);
   return {
     orm: o.orm,

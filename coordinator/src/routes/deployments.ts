@@ -11,7 +11,7 @@ import { isUuid } from '../modules/project/project.service.ts';
 import { Cursor, readSince } from '../modules/deployment/event-stream.ts';
 import { requireActor } from '../plugins/auth.ts';
 import { acceptForms, field, type FormFields, formDone, isBrowserForm } from '../plugins/forms.ts';
-import { renderPage, wantsHtml } from '../plugins/negotiation.ts';
+import { renderPage, sendJsonText, wantsHtml } from '../plugins/negotiation.ts';
 import { buildLogView } from '../views/deployment-log.ts';
 
 const DeploymentJson = Type.Object({
@@ -117,15 +117,16 @@ export default async function deploymentRoutes(instance: FastifyInstance) {
       },
     },
     async (request, reply) => {
-      const detail = await deployments.get(request.params.id);
       if (wantsHtml(request)) {
+        const detail = await deployments.get(request.params.id);
         // The log as the live stream would send it so far; the page's script continues from there.
         const id = detail.deployment.id;
         const stream = await readSince(app.services.orm.em.fork(), id, new Cursor(), null);
         const log = buildLogView(detail.deployment.hosts, stream?.events ?? [], stream?.ended ?? true);
         return renderPage(reply, 'deployment', { ...detail, log });
       }
-      return { success: true as const, ...detail };
+      // Already JSON text (a finished deployment's logs are kept serialised): sent as it is.
+      return sendJsonText(reply, await deployments.getJson(request.params.id));
     },
   );
 

@@ -13,6 +13,7 @@ import type { IProject, ProjectPolicies } from '../project/project.entity.ts';
 import { isUuid, policiesOf } from '../project/project.service.ts';
 import { sshHostName } from '../ssh/ssh-session.ts';
 import type { DeploymentEvents } from './deployment-events.ts';
+import type { FinishedLogs } from './finished-logs.ts';
 import type { JobService } from './job.service.ts';
 import { Deployment, type DeploymentStatus, type IDeployment, type Trigger } from './deployment.entity.ts';
 
@@ -90,6 +91,7 @@ export class DeploymentService {
   readonly #events: DeploymentEvents;
   readonly #queued: () => void;
   readonly #jobs: JobService;
+  readonly #finishedLogs: FinishedLogs;
 
   /** `queued` is called after a deployment is stored (it wakes the scheduler). */
   constructor(
@@ -98,8 +100,10 @@ export class DeploymentService {
     events: DeploymentEvents,
     jobs: JobService,
     queued: () => void,
+    finishedLogs: FinishedLogs,
   ) {
     this.#orm = orm;
+    this.#finishedLogs = finishedLogs;
     this.#agents = agents;
     this.#events = events;
     this.#jobs = jobs;
@@ -275,11 +279,33 @@ export class DeploymentService {
   }
 
   async get(id: string): Promise<DeploymentDetail> {
-    const em = this.#orm.em.fork();
+    const { deployment, project } = await this.#detailRow(id);
+    return { deployment, logs: await this.#logs(deployment.id), project };
+  }
+
+  /**
+   * The same answer as `get`, as the JSON text of `{success, deployment, logs, project}`. A
+   * finished deployment's logs are read once and then kept (`FinishedLogs`); its own row and its
+   * project's are read every time, so a deployment that is gone, or a project renamed, shows.
+   */
+  async getJson(id: string): Promise<string> {
+    const { deployment, project } = await this.#detailRow(id);
+    const finished = deployment.finished_at !== null;
+    let logs = finished ? this.#finishedLogs.get(deployment.id) : undefined;
+    if (logs === undefined) {
+      const entries = await this.#logs(deployment.id);
+      logs = JSON.stringify(entries);
+      if (finished && entries.every((e) => e.finished_at !== null))
+        this.#finishedLogs.set(deployment.id, logs);
+    }
+    return `{"success":true,"deployment":${JSON.stringify(deployment)},"logs":${logs},"project":${JSON.stringify(project)}}`;
+  }
+
+  async #detailRow(id: string): Promise<Omit<DeploymentDetail, 'logs'>> {
     // Plain rows, not entities: this is the most read answer (pages, CLI, pipelines polling), and
     // hydrating a deployment and its project (snapshot, encrypted secrets) cost more than the SQL.
     const [d] = isUuid(id)
-      ? await em.execute<
+      ? await this.#orm.em.fork().execute<
           Array<{
             id: string;
             project_id: string;
@@ -306,20 +332,31 @@ export class DeploymentService {
         )
       : [];
     if (!d) throw new NotFoundError('Deployment not found');
-    const deployment: DeploymentJson = {
-      id: d.id,
-      proj_id: d.project_id,
-      started_at: iso(new Date(d.started_at)),
-      finished_at: isoOrNull(d.finished_at === null ? null : new Date(d.finished_at)),
-      status: d.status,
-      commit: d.commit,
-      branch: d.branch,
-      trigger: d.trigger,
-      triggered_by: d.triggered_by,
-      reason: d.reason,
-      hosts: d.hosts,
+    return {
+      deployment: {
+        id: d.id,
+        proj_id: d.project_id,
+        started_at: iso(new Date(d.started_at)),
+        finished_at: isoOrNull(d.finished_at === null ? null : new Date(d.finished_at)),
+        status: d.status,
+        commit: d.commit,
+        branch: d.branch,
+        trigger: d.trigger,
+        triggered_by: d.triggered_by,
+        reason: d.reason,
+        hosts: d.hosts,
+      },
+      project: {
+        id: d.project_id,
+        name: d.project_name,
+        forge_url: d.forge_url,
+        branch_name: d.branch_name,
+      },
     };
-    const rows = await em.execute<
+  }
+
+  async #logs(deploymentId: string): Promise<LogEntryJson[]> {
+    const rows = await this.#orm.em.fork().execute<
       Array<{
         id: string;
         host: string;
@@ -338,31 +375,22 @@ export class DeploymentService {
          from log_entries e
         where e.deployment_id = ?
         order by e.started_at, e.seq, e.host`,
-      [deployment.id],
+      [deploymentId],
     );
-    return {
-      deployment,
-      logs: rows.map((r) => ({
-        id: r.id,
-        deploy_id: deployment.id,
-        host: r.host,
-        cmd: r.cmd,
-        // Output is stored as bytes; invalid UTF-8 sequences become U+FFFD here.
-        log: r.output ? r.output.toString('utf8') : '',
-        success: r.success,
-        status: r.status,
-        exit_code: r.exit_code,
-        // Raw queries return timestamptz as text.
-        started_at: iso(new Date(r.started_at)),
-        finished_at: isoOrNull(r.finished_at === null ? null : new Date(r.finished_at)),
-      })),
-      project: {
-        id: d.project_id,
-        name: d.project_name,
-        forge_url: d.forge_url,
-        branch_name: d.branch_name,
-      },
-    };
+    return rows.map((r) => ({
+      id: r.id,
+      deploy_id: deploymentId,
+      host: r.host,
+      cmd: r.cmd,
+      // Output is stored as bytes; invalid UTF-8 sequences become U+FFFD here.
+      log: r.output ? r.output.toString('utf8') : '',
+      success: r.success,
+      status: r.status,
+      exit_code: r.exit_code,
+      // Raw queries return timestamptz as text.
+      started_at: iso(new Date(r.started_at)),
+      finished_at: isoOrNull(r.finished_at === null ? null : new Date(r.finished_at)),
+    }));
   }
 
   async list(filter: ListFilter): Promise<DeploymentJson[]> {
