@@ -1,14 +1,17 @@
 // Packaging, checked as far as this machine allows (no Docker daemon, no systemd as init):
-// Debian's docker-compose validates docker-compose.yml with every profile; the Dockerfiles follow
-// the rules a Dockerfile linter (hadolint) would hold them to; systemd-analyze verifies the units
+// Debian's docker-compose validates docker-compose.yml with every profile; a Dockerfile linter
+// (dockerlinter, from npm: hadolint's rules in JavaScript, with Debian's ShellCheck for RUN lines,
+// since hadolint itself is neither in Debian nor on npm) passes every Dockerfile of the repository,
+// and the project's own rules for them hold; systemd-analyze verifies the units
 // the installer writes and the sample unit; and the start commands of the agent image, of the
 // installer's unit and of the coordinator image are run for real, here, without Docker or
 // systemd: the agent comes online, the coordinator answers /readyz and serves the agent file.
-import { execFile, spawn } from 'node:child_process';
+import { execFile, execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { createRequire } from 'node:module';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { unitText } from '../../installer/src/installer.ts';
@@ -28,6 +31,14 @@ function which(tool: string): string | null {
 
 const COMPOSE = which('docker-compose');
 const SYSTEMD_ANALYZE = which('systemd-analyze');
+const SHELLCHECK = which('shellcheck');
+// Run through node: the package's install script (which would download a ShellCheck binary) is
+// denied in package.json's allowScripts, and with it the bin's executable bit.
+const DOCKERLINTER = join(
+  dirname(createRequire(import.meta.url).resolve('dockerlinter/package.json')),
+  'bin',
+  'dockerfilelinter.js',
+);
 
 let tmp: string;
 let bundleFile: string;
@@ -130,6 +141,86 @@ describe.skipIf(COMPOSE === null)('docker-compose.yml', () => {
       code: expect.any(Number),
       stderr: expect.stringContaining('DECKHAND_SECRET'),
     });
+  });
+});
+
+interface LintFinding {
+  lineNumber: number;
+  code: string;
+  level: string;
+  message: string;
+}
+
+/**
+ * The linter's findings for one Dockerfile, with the repository's rule configuration. Its
+ * ShellCheck pass writes scratch files into the working directory, hence a fresh one per run.
+ */
+async function lintDockerfile(file: string, shellcheck: boolean): Promise<LintFinding[]> {
+  const cwd = await mkdtemp(join(tmp, 'lint-'));
+  const args = [DOCKERLINTER, '-f', file, '-y', join(repoRoot, 'dockerfilelinter.yaml'), '-j', '-e'];
+  args.push('-s', shellcheck ? 'sh' : 'none');
+  const res = await exec(process.execPath, args, { cwd }).then(
+    (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
+    (err: { code: number; stdout: string; stderr: string }) => err,
+  );
+  // -e: exit 1 exactly when something was found; anything else (ShellCheck failing) is an error.
+  if (res.stderr !== '' || (res.code === 0) !== (res.stdout.trim() === '')) {
+    throw new Error(`dockerlinter failed on ${file} (exit ${res.code}): ${res.stderr}${res.stdout}`);
+  }
+  return res.stdout.trim() === '' ? [] : (JSON.parse(res.stdout) as LintFinding[]);
+}
+
+const dockerfiles = execFileSync('git', ['ls-files'], { cwd: repoRoot, encoding: 'utf8' })
+  .split('\n')
+  .filter((f) => /(^|\/)[^/]*dockerfile[^/]*$/i.test(f) && !f.endsWith('.dockerignore'));
+
+describe('the Dockerfile linter', () => {
+  it('finds the Dockerfiles', () => {
+    expect(dockerfiles).toEqual(expect.arrayContaining(['agent/Dockerfile', 'coordinator/Dockerfile']));
+  });
+
+  for (const file of dockerfiles) {
+    it(`passes ${file}`, async () => {
+      expect(await lintDockerfile(join(repoRoot, file), false)).toEqual([]);
+    });
+
+    it.skipIf(SHELLCHECK === null)(`passes ${file} with ShellCheck on its RUN lines`, async () => {
+      expect(await lintDockerfile(join(repoRoot, file), true)).toEqual([]);
+    });
+  }
+
+  it('reports a bad Dockerfile: untagged base, ADD, apt without -y or cleanup, shell-form CMD', async () => {
+    const dir = await mkdtemp(join(tmp, 'bad-dockerfile-'));
+    const file = join(dir, 'Dockerfile');
+    await writeFile(
+      file,
+      [
+        'FROM node',
+        'RUN apt-get update && apt-get install git',
+        'ADD . /app',
+        'RUN cd $HOME/app && ls *.js',
+        'CMD node app.js',
+        '',
+      ].join('\n'),
+    );
+    const codes = (await lintDockerfile(file, false)).map((f) => `${f.lineNumber}:${f.code}`);
+    expect(codes).toEqual(
+      expect.arrayContaining([
+        '1:EF0004',
+        '2:ER0002',
+        '2:ER0009',
+        '2:ER0010',
+        '3:EA0002',
+        '4:ER0003',
+        '5:EJ0002',
+      ]),
+    );
+    // The project's configuration turns off only what it says it does.
+    expect(codes).not.toContain('2:ER0012');
+    if (SHELLCHECK !== null) {
+      const withShellcheck = (await lintDockerfile(file, true)).map((f) => `${f.lineNumber}:${f.code}`);
+      expect(withShellcheck).toContain('4:SC2086');
+    }
   });
 });
 
