@@ -5,6 +5,7 @@
 // be changed by late messages. Also leases (a job whose agent is silent past its lease is lost)
 // and cancellation (asked here, sent by the hub, confirmed by the agent). Sending jobs is
 // job-dispatch.ts's.
+import { MAX_CHUNK_BYTES } from '@deckhand/protocol';
 import type { EntityManager, MikroORM } from '@mikro-orm/postgresql';
 import type pg from 'pg';
 import type { JobStatus } from './deployment.entity.ts';
@@ -55,6 +56,9 @@ const FINAL_JOB: ReadonlySet<JobStatus> = new Set([
   'timed_out',
   'abandoned',
 ]);
+
+/** A stored row holds at most what one output frame may carry, so readers' rows stay as small. */
+const MERGED_ROW_BYTES = MAX_CHUNK_BYTES;
 
 const size = (n: number) =>
   n >= 1024 * 1024
@@ -341,7 +345,10 @@ export class JobService {
     chunks: Array<{ jobId: string; step: number; offset: number; data: Buffer }>,
   ): Promise<Array<{ jobId: string; step: number; offset: number }>> {
     const em = this.#em();
-    const rows: Array<[string, number, Buffer]> = [];
+    // One row per run of contiguous bytes of an entry (up to MERGED_ROW_BYTES), not one per frame:
+    // agents send output in small frames, and each row costs PostgreSQL a tuple, an index entry
+    // and a foreign-key check.
+    const rows: Array<{ entryId: string; offset: number; parts: Buffer[]; bytes: number }> = [];
     const acks = new Map<string, { jobId: string; step: number; offset: number }>();
     const touched = new Set<string>();
     const keys = new Set<string>();
@@ -360,7 +367,17 @@ export class JobService {
           const fresh = chunk.data.subarray(entry.received - chunk.offset);
           const kept = fresh.subarray(0, Math.max(0, this.#o.outputLimitBytes - entry.stored));
           if (kept.length > 0) {
-            rows.push([entry.id, entry.stored, kept]);
+            const last = rows.at(-1);
+            if (
+              last?.entryId === entry.id &&
+              last.offset + last.bytes === entry.stored &&
+              last.bytes + kept.length <= MERGED_ROW_BYTES
+            ) {
+              last.parts.push(kept);
+              last.bytes += kept.length;
+            } else {
+              rows.push({ entryId: entry.id, offset: entry.stored, parts: [kept], bytes: kept.length });
+            }
             entry.stored += kept.length;
             touched.add(job.deployment_id);
           }
@@ -375,9 +392,13 @@ export class JobService {
         await this.#o.pool.query(
           `insert into log_chunks (log_entry_id, "offset", data, created_at) values ${values.join(', ')}
            on conflict (log_entry_id, "offset") do nothing`,
-          rows.flat(),
+          rows.flatMap((r) => [
+            r.entryId,
+            r.offset,
+            r.parts.length === 1 ? r.parts[0] : Buffer.concat(r.parts, r.bytes),
+          ]),
         );
-        this.onOutputStored(rows.reduce((n, [, , data]) => n + data.length, 0));
+        this.onOutputStored(rows.reduce((n, r) => n + r.bytes, 0));
       }
     } catch (err) {
       // What is in memory may be ahead of what was stored: read it from the database next time.
