@@ -10,6 +10,7 @@ import type { EntityManager, MikroORM } from '@mikro-orm/postgresql';
 import type pg from 'pg';
 import type { JobStatus } from './deployment.entity.ts';
 import type { DeploymentEvents } from './deployment-events.ts';
+import { OutputWriter } from './output-writer.ts';
 import { DEPLOYMENT_COLUMNS, type DeploymentRow, deploymentOutcome, planOf, uuidArray } from './job-plan.ts';
 
 /** A message that breaks the rules of the protocol (a job not given to this agent, steps out of order). */
@@ -40,7 +41,7 @@ interface EntryState {
 
 export interface JobServiceOptions {
   orm: MikroORM;
-  /** A plain `pg` pool for the output hot path: bound (binary) parameters, one statement per batch. */
+  /** A plain `pg` pool for the output hot path: bound (binary) parameters, written by OutputWriter. */
   pool: pg.Pool;
   events: DeploymentEvents;
   leaseMs: number;
@@ -75,6 +76,7 @@ export type Reporter = string | null;
 
 export class JobService {
   readonly #o: JobServiceOptions;
+  readonly #writer: OutputWriter;
   /** Called when a deployment ends, so the scheduler can start the next one of its project. */
   onDeploymentFinished: (deploymentId: string) => void = () => {};
   /** Called when a cancel was asked for, so the hubs send `job.cancel` to the agents. */
@@ -89,6 +91,7 @@ export class JobService {
 
   constructor(options: JobServiceOptions) {
     this.#o = options;
+    this.#writer = new OutputWriter(options.pool, options.pool.options.max ?? 1);
   }
 
   #em(): EntityManager {
@@ -386,17 +389,12 @@ export class JobService {
         acks.set(key, { jobId: job.id, step: chunk.step, offset: entry.received });
       }
       if (rows.length > 0) {
-        const values = rows.map(
-          (_, i) => `($${i * 3 + 1}::uuid, $${i * 3 + 2}::bigint, $${i * 3 + 3}::bytea, now())`,
-        );
-        await this.#o.pool.query(
-          `insert into log_chunks (log_entry_id, "offset", data, created_at) values ${values.join(', ')}
-           on conflict (log_entry_id, "offset") do nothing`,
-          rows.flatMap((r) => [
-            r.entryId,
-            r.offset,
-            r.parts.length === 1 ? r.parts[0] : Buffer.concat(r.parts, r.bytes),
-          ]),
+        await this.#writer.write(
+          rows.map((r) => ({
+            entryId: r.entryId,
+            offset: r.offset,
+            data: r.parts.length === 1 ? r.parts[0]! : Buffer.concat(r.parts, r.bytes),
+          })),
         );
         this.onOutputStored(rows.reduce((n, r) => n + r.bytes, 0));
       }
