@@ -5,7 +5,11 @@
 // secret is ever on a command line the host's `ps` shows, starts the script in a session of its
 // own (setsid: its own process group), and watches stdin: when it ends (the coordinator stops
 // the step, or the connection drops) the whole group gets SIGTERM, then SIGKILL after the
-// grace, exactly as an agent stops a step. A host needs sshd, bash, git and coreutils/util-linux.
+// grace, exactly as an agent stops a step. A connection that drops silently (packets lost,
+// nothing closed) never ends stdin — sshd notices only with ClientAliveInterval, which is off by
+// default — so the coordinator also sends a heartbeat on stdin, and a wrapper that hears nothing
+// for the silence limit stops the group the same way. A host needs sshd, bash, git and
+// coreutils/util-linux.
 
 /** Single-quotes a word for a POSIX shell. */
 export function shellQuote(word: string): string {
@@ -22,10 +26,15 @@ export const SSH_WORK_DIR = 'deckhand';
 export const ERROR_MARK = 'deckhand-error: ';
 export const PREVIOUS_MARK = 'deckhand-previous: ';
 
+/** What the coordinator writes to a running step's stdin every heartbeat: an empty field. */
+export const HEARTBEAT = Buffer.from('\0');
+
 /**
  * Reads from stdin, NUL-separated: the folder to run in (relative to the work folder, which is
  * fixed before the step's environment can change HOME), the script, then NAME=value pairs up to
- * an empty field. $1 is the kill grace in tenths of a second; with $2 = `markers` the script
+ * an empty field; after that only heartbeats (HEARTBEAT). $1 is the kill grace in tenths of a
+ * second, $3 the silence limit in seconds: no heartbeat for that long is a lost connection, and
+ * stops the step as the end of stdin does. With $2 = `markers` the script
  * (one of Deckhand's own, never a project command) may write ERROR_MARK / PREVIOUS_MARK lines to
  * fd 4. stdout carries the script's output (stdout and stderr merged in order, as an agent merges
  * them); the wrapper's stderr carries only complaints (ERROR_MARK) and markers. Exits with the
@@ -47,7 +56,8 @@ if [ "\${2-}" = markers ]; then setsid bash --norc -c "$script" 4>&2 2>&1 & else
 pid=$!
 {
   trap 'exit 0' USR1
-  while IFS= read -r -d '' _; do :; done
+  # Ends on EOF (status 1) and on silence (read -t: above 128) alike.
+  while IFS= read -r -t "$3" -d '' _; do :; done
   trap '' USR1
   kill -TERM -- "-$pid" 2>/dev/null
   i=0
@@ -71,9 +81,10 @@ exit "$code"
  * and for the step's own bash keeps that to the login shell's one read, and a step's bash sees
  * what an agent's would.
  */
-export function wrapperCommand(graceMs: number, markers: boolean): string {
+export function wrapperCommand(graceMs: number, markers: boolean, silenceMs: number): string {
   const tenths = Math.max(1, Math.ceil(graceMs / 100));
-  return `exec bash --norc -c ${shellQuote(STEP_WRAPPER)} deckhand-step ${tenths}${markers ? ' markers' : ''}`;
+  const silence = Math.max(1, Math.ceil(silenceMs / 1000));
+  return `exec bash --norc -c ${shellQuote(STEP_WRAPPER)} deckhand-step ${tenths} ${markers ? 'markers' : 'plain'} ${silence}`;
 }
 
 /** What the wrapper reads from stdin for one step. */

@@ -3,7 +3,8 @@
 // connection is noticed within seconds, and steps run as remote processes — each an exec
 // channel running the step wrapper (remote-scripts.ts). A step's stop is the end of its stdin:
 // the wrapper then stops its process group on the host, SIGTERM then SIGKILL after the grace;
-// a dropped connection ends that stdin too, so nothing keeps running unseen.
+// a dropped connection ends that stdin too, and one that drops silently stops the heartbeats
+// written there, so nothing keeps running unseen.
 import type { StepResult } from '@deckhand/protocol';
 import ssh2 from 'ssh2';
 import type { ServerHostKeyAlgorithm } from 'ssh2';
@@ -15,7 +16,7 @@ import {
   keyAlgorithm,
   sameFingerprint,
 } from './host-key.ts';
-import { ERROR_MARK, PREVIOUS_MARK, stepInput, wrapperCommand } from './remote-scripts.ts';
+import { ERROR_MARK, HEARTBEAT, PREVIOUS_MARK, stepInput, wrapperCommand } from './remote-scripts.ts';
 
 export interface SshEndpoint {
   host: string;
@@ -30,6 +31,14 @@ export interface SshTimings {
   connectTimeoutMs: number;
   /** A keepalive every this often; three unanswered ones drop the connection. */
   keepaliveMs: number;
+}
+
+/** Unanswered keepalives after which the connection counts as lost (ssh2 gives up on the next). */
+const KEEPALIVE_COUNT_MAX = 3;
+
+/** How long a connection may stay silent before this side gives it up: ssh2's keepalive timeout. */
+function silenceLimitMs(timings: SshTimings): number {
+  return timings.keepaliveMs * (KEEPALIVE_COUNT_MAX + 1);
 }
 
 export type ConnectFailure = 'host-key' | 'auth' | 'network' | 'no-such-key';
@@ -83,20 +92,28 @@ const STOP_SLACK_MS = 10_000;
 
 export class SshSession {
   readonly #client: ssh2.Client;
+  readonly #timings: SshTimings;
   readonly endpoint: SshEndpoint;
   /** Set once the connection is gone: why. */
   #lost: string | undefined;
   readonly #onLost = new Set<(why: string) => void>();
 
-  private constructor(client: ssh2.Client, endpoint: SshEndpoint) {
+  private constructor(client: ssh2.Client, endpoint: SshEndpoint, timings: SshTimings) {
     this.#client = client;
+    this.#timings = timings;
     this.endpoint = endpoint;
     const lose = (why: string) => {
       if (this.#lost !== undefined) return;
       this.#lost = why;
       for (const fn of this.#onLost) fn(why);
     };
-    client.on('error', (err) => lose(err.message));
+    client.on('error', (err: Error & { level?: string }) =>
+      lose(
+        err.level === 'client-timeout'
+          ? `the host did not answer for ${silenceLimitMs(timings) / 1000} s (keepalives unanswered)`
+          : err.message,
+      ),
+    );
     client.on('close', () => lose('the connection closed'));
   }
 
@@ -140,6 +157,11 @@ export class SshSession {
     return new Promise((resolve, reject) => {
       const client = new ssh2.Client();
       let presented: HostKey | undefined;
+      // How far a connect that timed out got, for its reason.
+      let tcpConnected = false;
+      let handshaken = false;
+      client.once('connect', () => (tcpConnected = true));
+      client.once('handshake', () => (handshaken = true));
       let settled = false;
       const fail = (err: SshConnectError) => {
         if (settled) return;
@@ -152,7 +174,7 @@ export class SshSession {
         settled = true;
         client.removeAllListeners('error');
         client.removeAllListeners('close');
-        resolve(new SshSession(client, endpoint));
+        resolve(new SshSession(client, endpoint, timings));
       });
       client.on('error', (err: Error & { level?: string }) => {
         if (presented && !sameFingerprint(presented.fingerprint, endpoint.hostKeyFingerprint)) {
@@ -174,10 +196,15 @@ export class SshSession {
             ),
           );
         } else if (err.level === 'client-timeout') {
+          const where = !tcpConnected
+            ? `no TCP connection to ${endpoint.host}:${endpoint.port}`
+            : !handshaken
+              ? 'the host accepted the TCP connection but never completed an SSH handshake'
+              : 'the login did not complete';
           fail(
             new SshConnectError(
               'network',
-              `could not connect over SSH within ${timings.connectTimeoutMs / 1000} s`,
+              `could not connect over SSH within ${timings.connectTimeoutMs / 1000} s: ${where}`,
             ),
           );
         } else {
@@ -202,7 +229,7 @@ export class SshSession {
           privateKey,
           readyTimeout: timings.connectTimeoutMs,
           keepaliveInterval: timings.keepaliveMs,
-          keepaliveCountMax: 3,
+          keepaliveCountMax: KEEPALIVE_COUNT_MAX,
           // Only the key; never a password prompt, an agent or keyboard-interactive.
           tryKeyboard: false,
           ...(hostKeyAlgorithms
@@ -251,6 +278,7 @@ export class SshSession {
       let exit: { code: number | null; signal: string | null } | undefined;
       let drainTimer: NodeJS.Timeout | undefined;
       let stopTimer: NodeJS.Timeout | undefined;
+      let heartbeat: NodeJS.Timeout | undefined;
       let paused = false;
       let stderrLine = '';
       let markedError: string | undefined;
@@ -261,6 +289,7 @@ export class SshSession {
         settled = true;
         clearTimeout(drainTimer);
         clearTimeout(stopTimer);
+        clearInterval(heartbeat);
         this.#onLost.delete(onLost);
         flushStderr();
         channel?.removeAllListeners('data');
@@ -308,6 +337,7 @@ export class SshSession {
       stopNow = () => {
         if (!channel || settled) return;
         // End of stdin: the wrapper stops the group (TERM, grace, KILL) and then exits.
+        clearInterval(heartbeat);
         channel.end();
         stopTimer = setTimeout(() => {
           channel?.close();
@@ -317,7 +347,9 @@ export class SshSession {
         if (paused) resume();
       };
 
-      this.#client.exec(wrapperCommand(opts.graceMs, opts.markers === true), (err, ch) => {
+      // The host's silence limit is this side's, so both ends give a silent connection up together.
+      const command = wrapperCommand(opts.graceMs, opts.markers === true, silenceLimitMs(this.#timings));
+      this.#client.exec(command, (err, ch) => {
         if (err) {
           if (!settled) {
             settled = true;
@@ -354,6 +386,8 @@ export class SshSession {
         });
         ch.on('close', () => finish());
         ch.write(stepInput(opts.dir, opts.script, opts.env));
+        heartbeat = setInterval(() => ch.write(HEARTBEAT), this.#timings.keepaliveMs);
+        heartbeat.unref();
         if (stopError !== undefined) stopNow();
       });
     });
