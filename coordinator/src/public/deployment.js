@@ -1,9 +1,15 @@
 // The deployment page, live: follows GET /deploy/:id/events (server-sent events; the browser
 // reconnects by itself and resumes with Last-Event-ID) from where the server-rendered page ended.
 // Output is rendered with the same ANSI renderer as on the server and appended once per animation
-// frame, so a flood of lines costs one layout per frame rather than one per line. While "Follow
-// the output" is on the page keeps the newest line in view; scrolling up turns it off, scrolling
-// back to the bottom turns it on again.
+// frame, so a flood of lines costs one layout per frame rather than one per line.
+//
+// Following: each command's output box is capped in height and scrolls by itself, so the newest
+// line is in view only when both the newest box and the page are at their end. While "Follow the
+// output" is on, every append scrolls both there. The reader scrolling up anywhere (the page, the
+// running command's box, an earlier command's box) turns it off; bringing the page and the newest
+// boxes back to their end, or ticking the checkbox, turns it on again. The reader's scrolls are
+// told apart from ours by position, not by a "we scrolled" flag: ours only ever move towards the
+// end, and a flag goes stale whenever a scroll we ask for does not happen (already at the end).
 /* global document, window, EventSource, requestAnimationFrame */
 import { AnsiRenderer, escapeHtml } from './ansi.js';
 
@@ -13,6 +19,8 @@ const KNOWN = new Set([...FINAL, 'running', 'queued', 'skipped']);
 
 const log = document.getElementById('log');
 const follow = document.getElementById('follow');
+const connection = document.getElementById('connection');
+const page = document.scrollingElement ?? document.documentElement;
 
 function badge(status) {
   const cls = KNOWN.has(status) ? status : 'queued';
@@ -79,6 +87,8 @@ function onEntry(entry) {
     summary.append(code, ' ', status, ' ', meta);
     const pre = document.createElement('pre');
     pre.className = 'log';
+    // Scrollable, so it must be reachable by keyboard (the arrow keys then scroll it).
+    pre.tabIndex = 0;
     details.append(summary, pre);
     hostSection(entry.host).append(details);
     step = adopt(details);
@@ -92,6 +102,23 @@ function onEntry(entry) {
       : '';
 }
 
+/** How far from its end a scroller may be and still count as at its end (sub-pixel rounding). */
+const SLACK = 4;
+const atEnd = (el) => el.scrollHeight - el.scrollTop - el.clientHeight <= SLACK;
+
+/** Each host's newest command's output box: where the next line will appear. */
+function newestBoxes() {
+  return [...log.querySelectorAll('section.host')]
+    .map((section) => section.querySelector('details.step:last-of-type > pre'))
+    .filter(Boolean);
+}
+
+/** Scrolls the newest boxes (and `also`, boxes that just received output) and then the page to their end. */
+function showNewest(also = []) {
+  for (const pre of new Set([...newestBoxes(), ...also])) pre.scrollTop = pre.scrollHeight;
+  page.scrollTop = page.scrollHeight;
+}
+
 let frame = 0;
 function onOutput(output) {
   const step = steps.get(output.entry_id);
@@ -102,19 +129,21 @@ function onOutput(output) {
 
 function flush() {
   frame = 0;
+  const touched = [];
   for (const step of steps.values()) {
     if (step.queued.length === 0) continue;
     step.pre.insertAdjacentHTML('beforeend', step.queued.join(''));
     step.queued = [];
+    touched.push(step.pre);
   }
-  if (follow.checked) {
-    following = true;
-    window.scrollTo(0, document.documentElement.scrollHeight);
-  }
+  if (follow.checked && touched.length) showNewest(touched);
 }
 
 function onDeployment(d) {
-  document.getElementById('status').innerHTML = badge(d.status);
+  const status = document.getElementById('status');
+  // Only on a change: the element is a live region, and a repeat would be announced again.
+  const next = badge(d.status);
+  if (status.innerHTML !== next) status.innerHTML = next;
   document.getElementById('reason').textContent = d.reason ?? '';
   document.getElementById('hosts').textContent = d.hosts.length ? d.hosts.join(', ') : 'none yet';
   if (d.commit) {
@@ -124,6 +153,9 @@ function onDeployment(d) {
     document.querySelector('#commit .muted')?.replaceWith(commit);
   }
   const done = FINAL.has(d.status);
+  // Cancelled (or timed out) while still queued: nothing will run any more.
+  const empty = document.getElementById('log-empty');
+  if (done && empty) empty.textContent = 'No command ran.';
   const dur = document.getElementById('duration');
   if (done && d.finished_at) {
     dur.dataset.finished = d.finished_at;
@@ -135,20 +167,26 @@ function onDeployment(d) {
   if (redeploy) redeploy.hidden = !done;
 }
 
-// Scrolling up stops following; reaching the bottom again resumes it. Our own scrolling is ignored.
-let following = false;
-window.addEventListener(
+// Scroll events do not bubble; capturing them on the document sees the page's and every box's.
+const lastTop = new WeakMap();
+document.addEventListener(
   'scroll',
-  () => {
-    if (following) {
-      following = false;
-      return;
-    }
-    const atBottom = window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 40;
-    if (!follow.disabled) follow.checked = atBottom;
+  (event) => {
+    const el = event.target === document ? page : event.target;
+    if (el !== page && !(el instanceof window.HTMLPreElement)) return;
+    const before = lastTop.get(el) ?? 0;
+    lastTop.set(el, el.scrollTop);
+    if (follow.disabled) return;
+    // Moved up and not at the end: only the reader does that (content shrinking, say a section
+    // being collapsed, moves it up too but leaves it at the end).
+    if (el.scrollTop < before && !atEnd(el)) follow.checked = false;
+    else if (!follow.checked && atEnd(page) && newestBoxes().every(atEnd)) follow.checked = true;
   },
-  { passive: true },
+  { capture: true, passive: true },
 );
+follow.addEventListener('change', () => {
+  if (follow.checked) showNewest();
+});
 
 for (const details of log.querySelectorAll('details.step')) adopt(details);
 
@@ -156,16 +194,32 @@ if (log.dataset.live === 'true') {
   const url = `/deploy/${log.dataset.deployment}/events?last_event_id=${encodeURIComponent(log.dataset.cursor)}`;
   const source = new EventSource(url);
   const data = (e) => JSON.parse(e.data);
+  source.addEventListener('open', () => {
+    connection.textContent = '';
+  });
+  // The browser retries by itself (the server asks for 2 s) and resumes after the last event it
+  // received; until then the page says so, or that it gave up (the answer was not a stream: the
+  // deployment is gone or the session ended).
+  source.addEventListener('error', () => {
+    connection.textContent =
+      source.readyState === EventSource.CLOSED
+        ? 'Live output stopped. Reload the page to see the rest.'
+        : 'Connection lost — reconnecting…';
+  });
   source.addEventListener('deployment', (e) => onDeployment(data(e)));
   source.addEventListener('entry', (e) => onEntry(data(e)));
   source.addEventListener('output', (e) => onOutput(data(e)));
   source.addEventListener('end', (e) => {
     source.close();
+    connection.textContent = '';
     onDeployment(data(e));
     flush();
     follow.disabled = true;
     log.dataset.live = 'false';
   });
+  // Opened on a long log, the running command's box starts at its newest line (the page itself
+  // stays at the top, on the summary, until output arrives).
+  if (follow.checked) for (const pre of newestBoxes()) pre.scrollTop = pre.scrollHeight;
   // While it runs, the duration counts up.
   const started = document.getElementById('summary').dataset.started;
   const timer = window.setInterval(() => {
