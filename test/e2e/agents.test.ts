@@ -306,7 +306,15 @@ describe('the agent endpoint refuses', () => {
     const code = await new Promise<number>((r) => ws.on('close', (c) => r(c)));
     expect(code).toBe(CloseCode.VERSION_MISMATCH);
     expect(JSON.parse(frames[0]!)).toMatchObject({ type: 'reject' });
-    expect(JSON.parse(frames[0]!).reason).toMatch(/Upgrade the agent/);
+    const reason = JSON.parse(frames[0]!).reason as string;
+    expect(reason).toMatch(/Upgrade the agent/);
+    // How: the file to download, and the CLI command for an agent installed over SSH.
+    // The coordinator's public URL once the hub is given it (AgentHubOptions.publicUrl), else a placeholder.
+    const base = reason.includes(coordinator.url) ? coordinator.url : '<coordinator-url>';
+    expect(reason).toContain(
+      `download it from ${base}/agent/download (curl -fsSLo deckhand-agent.js ${base}/agent/download)`,
+    );
+    expect(reason).toContain('deckhand agents upgrade --host h --user <ssh user> --name old-1');
   });
 
   it('a malformed frame, closing only that connection', async () => {

@@ -35,6 +35,8 @@ export interface AgentHubOptions {
   onAgentOnline: () => void;
   /** The newer agent to offer in the welcome (Welcome.update), if any. */
   agentUpdate?: (agentVersion: string) => Promise<Welcome['update']>;
+  /** Where users reach the coordinator, so a refused agent is told where to download its file. */
+  publicUrl?: () => string;
   log: Logger;
 }
 
@@ -266,10 +268,17 @@ export class AgentHub {
     this.#latest.set(conn.agent.id, conn);
     if (prior && prior !== conn) await prior.queue.catch(() => undefined);
     if (hello.protocolVersion !== PROTOCOL_VERSION) {
+      // The agent cannot update itself across protocols (the offer is in the welcome it will never
+      // get), so the reason is the whole instruction: the person reading it is on the host.
+      const download = `${this.#o.publicUrl?.() ?? '<coordinator-url>'}/agent/download`;
+      const speaks = `This agent speaks protocol ${hello.protocolVersion}; the coordinator speaks ${PROTOCOL_VERSION}.`;
       const reason =
         hello.protocolVersion < PROTOCOL_VERSION
-          ? `This agent speaks protocol ${hello.protocolVersion}; the coordinator speaks ${PROTOCOL_VERSION}. Upgrade the agent to the coordinator's version.`
-          : `This agent speaks protocol ${hello.protocolVersion}; the coordinator speaks ${PROTOCOL_VERSION}. Upgrade the coordinator, or run an agent of its version.`;
+          ? `${speaks} Upgrade the agent to the coordinator's version: download it from ${download} ` +
+            `(curl -fsSLo deckhand-agent.js ${download}) and restart it with the same arguments, or, ` +
+            `if it was installed over SSH, run: deckhand agents upgrade --host ${hello.hostname || '<host>'} ` +
+            `--user <ssh user> --name ${conn.agent.name}`
+          : `${speaks} Upgrade the coordinator, or run an agent of its version (from ${download}).`;
       conn.send({ type: 'reject', reason });
       conn.close(CloseCode.VERSION_MISMATCH, `protocol ${hello.protocolVersion} is not ${PROTOCOL_VERSION}`);
       return;
