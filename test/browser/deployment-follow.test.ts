@@ -211,4 +211,25 @@ describe('the live stream', () => {
     expect(browser.errors.filter((e) => !e.includes('ERR_'))).toEqual([]);
     await page.close();
   }, 60_000);
+
+  it('says when it gave up (the session ended while cut off): reload to see the rest', async () => {
+    const id = await deployCommands('gone', [
+      'echo still here; while [ ! -f "$GATES/gone" ]; do sleep 0.05; done',
+    ]);
+    const page = await browser.newPage();
+    await page.goto(`${coord.url}/deploy/${id}`);
+    await page.locator('pre.log', { hasText: 'still here' }).waitFor();
+    // Signed out in another tab (last in this file: the profile's session goes with it).
+    const other = await browser.newPage();
+    await other.goto(`${coord.url}/`);
+    await other.getByRole('button', { name: 'Sign out' }).click();
+    await other.close();
+    coord.app.server.closeAllConnections();
+    await expect
+      .poll(() => page.locator('#connection').textContent(), { timeout: 20_000 })
+      .toBe('Live output stopped. Reload the page to see the rest.');
+    await screenshot(page, 'deployment-follow-stopped');
+    await writeFile(join(gates, 'gone'), '');
+    await page.close();
+  }, 60_000);
 });

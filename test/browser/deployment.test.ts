@@ -316,6 +316,23 @@ describe('every state of the deployment page', () => {
   });
 });
 
+describe('a deployment that is not there', () => {
+  it('gets an error page, not a broken deployment page', async () => {
+    const page = await signedInPage();
+    const before = browser.errors.length;
+    const res = await page.goto(`${coord.url}/deploy/00000000-0000-4000-8000-000000000000`);
+    expect(res?.status()).toBe(404);
+    expect(await page.locator('h1').textContent()).toMatch(/not found/i);
+    await screenshot(page, 'deployment-not-found');
+    // The browser reports the 404 itself; that one is expected.
+    expect(browser.errors.slice(before)).toEqual([
+      'console: Failed to load resource: the server responded with a status of 404 (Not Found)',
+    ]);
+    browser.errors.splice(before);
+    await page.close();
+  });
+});
+
 describe('Roll back to this release', () => {
   it('is offered only on a successful build the hosts still keep, and not on the live one', async () => {
     const projectId = await project('released', ['echo built'], { releases: { keep: 3 } });
