@@ -1,30 +1,68 @@
 // A newcomer, in a real browser, from the first page to a successful deployment without the
 // README's curl section: create the admin account, create a project through the form, add an
-// agent on the Agents page (its token shown once starts a real agent process), press Deploy on the
+// agent on the Agents page and run the command the page shows, as it is, with bash in an empty
+// folder (it downloads the one-file agent from the coordinator and starts it), press Deploy on the
 // project's page and watch the output arrive live on the deployment page until it succeeds. Then,
 // from the project page too: a failing deployment shows its failure, a running one is cancelled.
 // Screenshots: test/.screenshots/newcomer-*.png.
+import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningAgent, startAgent } from '../helpers/agents.ts';
 import { launchBrowser, screenshot, type TestBrowser } from '../helpers/browser.ts';
 import { startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
 import { createTestRepo, type TestRepo } from '../helpers/git.ts';
+import { cleanEnv, type Spawned } from '../helpers/processes.ts';
 
 const EMAIL = 'first@example.com';
 const PASSWORD = 'a long first passphrase';
 
 let coord: TestCoordinator;
 let repo: TestRepo;
-let agent: RunningAgent | undefined;
+/** The page's command, running under bash in its own process group. */
+let agent: Spawned | undefined;
+let agentDir: string | undefined;
 let browser: TestBrowser;
 let page: Page;
 let gates: string;
 
 const statusText = (p: Page) => p.locator('#status').textContent();
+
+/** Runs a command as a person pasting it would: bash, in an empty folder, in a group of its own. */
+function runAsShown(command: string, cwd: string): Spawned {
+  const child = spawn('bash', ['-c', command], {
+    cwd,
+    env: cleanEnv({}) as NodeJS.ProcessEnv,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  child.stderr.on('data', (d) => (out += d));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on('exit', (code, signal) => resolve({ code, signal })),
+  );
+  return { child, output: () => out, exited };
+}
+
+/** Ends what runAsShown started: the whole group (bash, curl, node), TERM then KILL. */
+async function stopGroup(proc: Spawned): Promise<void> {
+  const pid = proc.child.pid;
+  if (pid === undefined || proc.child.exitCode !== null || proc.child.signalCode !== null) return;
+  const signal = (sig: NodeJS.Signals) => {
+    try {
+      process.kill(-pid, sig);
+    } catch {
+      // already gone
+    }
+  };
+  signal('SIGTERM');
+  const timer = setTimeout(() => signal('SIGKILL'), 5_000);
+  await proc.exited;
+  clearTimeout(timer);
+}
 
 /** Creates a project through the form (target: agents labelled web). */
 async function createProject(name: string, commands: string[], env = '') {
@@ -62,7 +100,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await browser?.close();
-  await agent?.stop();
+  if (agent) await stopGroup(agent);
+  if (agentDir) await rm(agentDir, { recursive: true, force: true });
   await coord?.close();
   await repo?.remove();
   if (gates) await rm(gates, { recursive: true, force: true });
@@ -94,21 +133,30 @@ describe('a newcomer', () => {
     expect(await page.locator('.alert-notice').textContent()).toBe('Project site created');
     await screenshot(page, 'newcomer-project-created');
 
-    // Add an agent on the Agents page: its token, shown once, starts a real agent.
+    // Add an agent on the Agents page and run the command it shows, exactly, on "the host": an
+    // empty folder here, nothing of this checkout on the way (the agent comes from the coordinator).
     await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Agents' }).click();
     await page.getByLabel('Name').fill('web-1');
     await page.getByLabel('Labels').fill('web');
     await page.getByRole('button', { name: 'Add agent' }).click();
-    await page.waitForSelector('#agent-token');
-    const token = (await page.locator('#agent-token').textContent())!;
-    agent = await startAgent(coord.url, token);
+    await page.waitForSelector('#agent-command');
+    const command = (await page.locator('#agent-command').textContent())!;
+    agentDir = await mkdtemp(join(tmpdir(), 'deckhand-newcomer-host-'));
+    agent = runAsShown(command, agentDir);
+    const started = agent;
     await expect
       .poll(
         async () => {
+          if (started.child.exitCode !== null) {
+            throw new Error(
+              `the command on the page stopped (${started.child.exitCode}):\n${started.output()}`,
+            );
+          }
           await page.goto(`${coord.url}/agents`);
           return page.locator('tr', { hasText: 'web-1' }).locator('.badge').textContent();
         },
-        { timeout: 20_000 },
+        // The coordinator builds the agent file on the first download.
+        { timeout: 60_000 },
       )
       .toBe('online');
 

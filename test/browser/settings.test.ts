@@ -77,7 +77,7 @@ describe('agents and settings pages in the browser', () => {
     const token = (await page.locator('#agent-token').textContent())!;
     expect(token).toMatch(/^dha_/);
     expect(await page.locator('#agent-command').textContent()).toBe(
-      `npx deckhand-agent --url ${base} --token ${token}`,
+      `curl -fsSLo deckhand-agent.js ${base}/agent/download && node deckhand-agent.js --url ${base} --token ${token}`,
     );
     expect(await page.locator('#agent-env').textContent()).toBe(
       `DECKHAND_URL=${base}\nDECKHAND_TOKEN=${token}\n`,
@@ -91,7 +91,7 @@ describe('agents and settings pages in the browser', () => {
     await browser.context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: base });
     await page.locator('[data-copy="agent-command"]').click();
     expect(await page.evaluate('navigator.clipboard.readText()')).toBe(
-      `npx deckhand-agent --url ${base} --token ${token}`,
+      `curl -fsSLo deckhand-agent.js ${base}/agent/download && node deckhand-agent.js --url ${base} --token ${token}`,
     );
     await screenshot(page, 'agents-added');
 

@@ -16,6 +16,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { unitText } from '../../installer/src/installer.ts';
 import { AgentBundle } from '../../coordinator/src/modules/agent-bundle/agent-bundle.ts';
+import { AGENT_FILE, agentSetup } from '../../coordinator/src/views/agent-setup.ts';
 import { type Client, signUp, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { cleanEnv, freePort, repoRoot, type Spawned, spawnNode, waitForOk } from '../helpers/processes.ts';
@@ -172,7 +173,8 @@ async function lintDockerfile(file: string, shellcheck: boolean): Promise<LintFi
 
 const dockerfiles = execFileSync('git', ['ls-files'], { cwd: repoRoot, encoding: 'utf8' })
   .split('\n')
-  .filter((f) => /(^|\/)[^/]*dockerfile[^/]*$/i.test(f) && !f.endsWith('.dockerignore'));
+  // Dockerfile, Dockerfile.<variant>, <name>.Dockerfile; not files that only mention it (the config).
+  .filter((f) => /(^|\/)(dockerfile(\.[\w-]+)?|[\w.-]+\.dockerfile)$/i.test(f));
 
 describe('the Dockerfile linter', () => {
   it('finds the Dockerfiles', () => {
@@ -298,6 +300,17 @@ describe.skipIf(SYSTEMD_ANALYZE === null)('systemd units', () => {
     const res = await verify(join(repoRoot, 'agent', 'systemd', 'deckhand-agent.service'), false);
     expect(res.code, res.output).toBe(0);
   });
+
+  it("the sample unit runs the file the Agents page's setup steps download", () => {
+    const setup = agentSetup('https://deploy.example.com', 'dha_x');
+    expect(setup.install).toContain(
+      `sudo curl -fsSL -o ${AGENT_FILE} https://deploy.example.com/agent/download`,
+    );
+    expect(setup.unit).toContain(`\nExecStart=/usr/bin/env node ${AGENT_FILE} `);
+    expect(readFileSync(join(repoRoot, 'agent', 'systemd', 'deckhand-agent.service'), 'utf8')).toContain(
+      `sudo curl -fsSL -o ${AGENT_FILE} `,
+    );
+  });
 });
 
 describe('start commands, run for real without Docker or systemd', () => {
@@ -320,6 +333,23 @@ describe('start commands, run for real without Docker or systemd', () => {
     spawned.push(proc);
     const agent = await waitOnline('image-agent', proc);
     expect(agent.version).toMatch(/^\d+\.\d+\.\d+/);
+  });
+
+  it("the sample unit's ExecStart, with the downloaded file where the setup steps put it, comes online", async () => {
+    const token = await register('sample-unit-agent');
+    const unit = readFileSync(join(repoRoot, 'agent', 'systemd', 'deckhand-agent.service'), 'utf8');
+    const execStart = /^ExecStart=(.*)$/m.exec(unit)![1]!.split(' ');
+    expect(execStart.slice(0, 3)).toEqual(['/usr/bin/env', 'node', AGENT_FILE]);
+    // The host's file system, here: / is tmp (the bundle is at tmp/opt/deckhand/deckhand-agent.js).
+    const args = execStart.slice(2).map((a) => (a.startsWith('/') ? join(tmp, a) : a));
+    const child = spawn(process.execPath, args, {
+      cwd: tmp,
+      env: cleanEnv({ DECKHAND_URL: coordinator!.url, DECKHAND_TOKEN: token }) as NodeJS.ProcessEnv,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const proc = asSpawned(child);
+    spawned.push(proc);
+    await waitOnline('sample-unit-agent', proc);
   });
 
   it("the installer's unit: ExecStart with its EnvironmentFile comes online", async () => {

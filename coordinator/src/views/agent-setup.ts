@@ -1,6 +1,7 @@
 // What the agents page tells an admin: how to start a new agent (the exact command and a systemd
 // unit to copy, README "Agents"), and which agents run an older version than the one this
-// coordinator serves at GET /agent/download.
+// coordinator serves at GET /agent/download. Both ways start the one-file agent downloaded from
+// this coordinator, since the agent's npm package is private: a host needs Node, curl, git, bash.
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -8,18 +9,14 @@ import { AgentBundle } from '../modules/agent-bundle/agent-bundle.ts';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const UNIT_FILE = path.join(ROOT, 'agent', 'systemd', 'deckhand-agent.service');
-/** Where the setup steps put the one-file agent the coordinator serves. */
-const AGENT_FILE = '/opt/deckhand/deckhand-agent.js';
+/** Where the setup steps put the one-file agent the coordinator serves; the unit's ExecStart runs it. */
+export const AGENT_FILE = '/opt/deckhand/deckhand-agent.js';
 
-/** The repository's unit (agent/systemd/), without its comment header, running the downloaded file. */
+/** The repository's unit (agent/systemd/), without its comment header. */
 function unitText(): string | null {
   if (!existsSync(UNIT_FILE)) return null;
   const text = readFileSync(UNIT_FILE, 'utf8');
-  const body = text.slice(text.indexOf('[Unit]'));
-  return body.replace(
-    /^ExecStart=.*$/m,
-    `ExecStart=/usr/bin/env node ${AGENT_FILE} --work-dir /var/lib/deckhand-agent/work`,
-  );
+  return text.slice(text.indexOf('[Unit]'));
 }
 
 const UNIT = unitText();
@@ -45,7 +42,9 @@ export function agentSetup(url: string, token: string): AgentSetup {
   return {
     url,
     token,
-    command: `npx deckhand-agent --url ${shellWord(url)} --token ${shellWord(token)}`,
+    command:
+      `curl -fsSLo deckhand-agent.js ${shellWord(`${url}/agent/download`)}` +
+      ` && node deckhand-agent.js --url ${shellWord(url)} --token ${shellWord(token)}`,
     envFile,
     install: UNIT
       ? [
