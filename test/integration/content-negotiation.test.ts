@@ -73,3 +73,55 @@ describe('content negotiation on GET /deploy/:id', () => {
     expectJsonError(res, 401, AUTH_REQUIRED);
   });
 });
+
+describe('content negotiation on the audit log (GET /audit, GET /projects/:id/audit)', () => {
+  const coord = coordinatorFor();
+  let admin: Client;
+  let deployer: Client;
+  let project: { id: string; name: string };
+  const BROWSER_ACCEPT = 'text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8';
+
+  beforeAll(async () => {
+    admin = (await signUp(coord.current.url, uniqueEmail('audit'), PASSWORD)).client;
+    project = (await createProject(admin)).json.project;
+    const email = uniqueEmail('deployer');
+    const invited = await admin.post('/users/invitations', { email, role: 'deployer' });
+    expect(invited.status, invited.text).toBe(201);
+    const invitation = new URL(invited.json.url).searchParams.get('invitation');
+    deployer = new Client(coord.current.url);
+    expect((await deployer.post('/register', { email, password: PASSWORD, invitation })).status).toBe(201);
+  });
+
+  it('a browser gets the page; anything else the JSON, at the same URLs', async () => {
+    for (const path of ['/audit', `/projects/${project.id}/audit`]) {
+      const page = await admin.get(path, { headers: { accept: BROWSER_ACCEPT } });
+      expect(page.status, page.text).toBe(200);
+      expect(page.headers.get('content-type')).toMatch(/^text\/html/);
+      expect(page.text).toContain('Project created');
+      expect(page.text).toContain(`href="/projects/${project.id}"`);
+      const json = await admin.get(path);
+      expect(json.headers.get('content-type')).toMatch(/^application\/json/);
+      expect(json.json.audit_events.map((e: { action: string }) => e.action)).toContain('project.create');
+    }
+  });
+
+  it('GET /audit is for admins: a deployer gets 403, as JSON or as the error page', async () => {
+    expectJsonError(await deployer.get('/audit'), 403);
+    const page = await deployer.get('/audit', { headers: { accept: BROWSER_ACCEPT } });
+    expect(page.status).toBe(403);
+    expect(page.headers.get('content-type')).toMatch(/^text\/html/);
+    expect(page.text).toContain('Not allowed');
+    expect(page.text).not.toContain('Project created');
+    // A project's log is for anyone who may read the project.
+    const own = await deployer.get(`/projects/${project.id}/audit`, { headers: { accept: BROWSER_ACCEPT } });
+    expect(own.status).toBe(200);
+    expect(own.text).toContain('Project created');
+  });
+
+  it('a bad `before` is refused on the page as in the JSON', async () => {
+    expectJsonError(await admin.get('/audit?before=yesterday'), 400, 'before must be a timestamp');
+    const page = await admin.get('/audit?before=yesterday', { headers: { accept: BROWSER_ACCEPT } });
+    expect(page.status).toBe(400);
+    expect(page.text).toContain('before must be a timestamp');
+  });
+});

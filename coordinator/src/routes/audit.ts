@@ -1,12 +1,16 @@
 // The audit log: who or what (user, API token, webhook delivery, agent, system) triggered,
 // cancelled or changed anything, when and from where. Globally for admins; per project for anyone
-// who may read the project. Secret values are never recorded, so nothing here needs hiding.
+// who may read the project. Secret values are never recorded, so nothing here needs hiding. A
+// browser gets the same list as a page at the same URL (views/audit.eta), paged the same way.
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 import Type from 'typebox';
-import { listAudit } from '../modules/audit/audit.service.ts';
+import { type AuditEventJson, listAudit } from '../modules/audit/audit.service.ts';
 import { BadRequestError } from '../modules/common/errors.ts';
 import { errors, Ok, Timestamp, Uuid } from '../modules/common/schemas.ts';
+import type { ProjectJson } from '../modules/project/project.schema.ts';
+import { renderPage, wantsHtml } from '../plugins/negotiation.ts';
+import { auditRows } from '../views/audit-view.ts';
 
 const NullableString = Type.Union([Type.String(), Type.Null()]);
 const AuditEventJson = Type.Object({
@@ -35,8 +39,47 @@ function beforeOf(value: string | undefined): Date | undefined {
   return date;
 }
 
+/** The JSON route's default page size: a link leaves `limit` out when it is this. */
+const DEFAULT_LIMIT = 100;
+
+function auditHref(path: string, limit: number, before?: string): string {
+  const params = new URLSearchParams();
+  if (limit !== DEFAULT_LIMIT) params.set('limit', String(limit));
+  if (before) params.set('before', before);
+  const query = params.toString();
+  return query ? `${path}?${query}` : path;
+}
+
 export default async function auditRoutes(instance: FastifyInstance) {
   const app = instance.withTypeProvider<TypeBoxTypeProvider>();
+
+  /**
+   * The list as a page: one more event is read than shown, to know whether an older page exists;
+   * "Older" pages from the last shown event's time, as the JSON's `before` does.
+   */
+  const auditPage = async (
+    reply: FastifyReply,
+    query: { limit: number; before?: string },
+    project: ProjectJson | null,
+  ) => {
+    const [events, projects] = await Promise.all([
+      listAudit(app.services.orm.em.fork(), {
+        projectId: project?.id,
+        limit: query.limit + 1,
+        before: beforeOf(query.before),
+      }),
+      app.services.projects.list(),
+    ]);
+    const shown: AuditEventJson[] = events.slice(0, query.limit);
+    const path = project ? `/projects/${project.id}/audit` : '/audit';
+    return renderPage(reply, 'audit', {
+      project: project && { id: project.id, name: project.name },
+      events: auditRows(shown, new Map(projects.map((p) => [p.id, p.name]))),
+      paged: Boolean(query.before),
+      newestHref: auditHref(path, query.limit),
+      olderHref: events.length > query.limit ? auditHref(path, query.limit, shown.at(-1)!.created_at) : null,
+    });
+  };
 
   app.get(
     '/audit',
@@ -48,13 +91,16 @@ export default async function auditRoutes(instance: FastifyInstance) {
         response: { 200: Ok({ audit_events: Type.Array(AuditEventJson) }), ...errors(400, 401, 403) },
       },
     },
-    async (request) => ({
-      success: true as const,
-      audit_events: await listAudit(app.services.orm.em.fork(), {
-        limit: request.query.limit,
-        before: beforeOf(request.query.before),
-      }),
-    }),
+    async (request, reply) => {
+      if (wantsHtml(request)) return auditPage(reply, request.query, null);
+      return {
+        success: true as const,
+        audit_events: await listAudit(app.services.orm.em.fork(), {
+          limit: request.query.limit,
+          before: beforeOf(request.query.before),
+        }),
+      };
+    },
   );
 
   app.get(
@@ -67,8 +113,9 @@ export default async function auditRoutes(instance: FastifyInstance) {
         response: { 200: Ok({ audit_events: Type.Array(AuditEventJson) }), ...errors(400, 401, 404) },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const project = await app.services.projects.get(request.params.id);
+      if (wantsHtml(request)) return auditPage(reply, request.query, project);
       return {
         success: true as const,
         audit_events: await listAudit(app.services.orm.em.fork(), {

@@ -1,10 +1,64 @@
-// Pages that have no JSON resource of their own: the dashboard at `/` and a deployment's raw log.
-// (Every other page lives at its resource's URL, in that resource's route file: API.md "One URL
-// per resource".)
-import type { FastifyInstance } from 'fastify';
+// Pages that have no JSON resource of their own: the dashboard at `/` and a deployment's raw log;
+// and the deployments list's page, rendered here for its route in deployments.ts. (Every other
+// page lives at its resource's URL, in that resource's route file: API.md "One URL per resource".)
+import type { FastifyInstance, FastifyReply } from 'fastify';
 import Type from 'typebox';
 import { latestDeployments } from '../modules/dashboard/dashboard.repository.ts';
+import { DEPLOYMENT_STATUSES, type DeploymentStatus } from '../modules/deployment/deployment.entity.ts';
 import { renderPage } from '../plugins/negotiation.ts';
+
+/** GET /deployments's query as its route validated it; an empty filter means "any". */
+export interface DeploymentsQuery {
+  project_id?: string;
+  status?: DeploymentStatus | '';
+  limit: number;
+  before?: string;
+}
+
+/** The JSON route's default page size: a link leaves `limit` out when it is this. */
+const DEFAULT_LIMIT = 50;
+
+function deploymentsHref(filter: { project_id?: string; status?: string; limit: number; before?: string }) {
+  const params = new URLSearchParams();
+  if (filter.project_id) params.set('project_id', filter.project_id);
+  if (filter.status) params.set('status', filter.status);
+  if (filter.limit !== DEFAULT_LIMIT) params.set('limit', String(filter.limit));
+  if (filter.before) params.set('before', filter.before);
+  const query = params.toString();
+  return query ? `/deployments?${query}` : '/deployments';
+}
+
+/**
+ * GET /deployments in a browser: every project's deployments, newest first, filtered by project
+ * and status with the JSON's own query parameters, paged with `before` (one more row is read to
+ * know whether an older page exists).
+ */
+export async function renderDeploymentsPage(
+  app: FastifyInstance,
+  reply: FastifyReply,
+  query: DeploymentsQuery,
+): Promise<FastifyReply> {
+  const { projects, deployments } = app.services;
+  const projectId = query.project_id || undefined;
+  const status = query.status || undefined;
+  const [projectList, rows] = await Promise.all([
+    projects.list(),
+    deployments.list({ projectId, status, limit: query.limit + 1, before: query.before }),
+  ]);
+  const names = new Map(projectList.map((p) => [p.id, p.name]));
+  const shown = rows.slice(0, query.limit);
+  const filter = { project_id: projectId, status, limit: query.limit };
+  return renderPage(reply, 'deployments', {
+    deployments: shown.map((d) => ({ ...d, project_name: names.get(d.proj_id) ?? null })),
+    projects: projectList.map((p) => ({ id: p.id, name: p.name })),
+    statuses: DEPLOYMENT_STATUSES,
+    filter,
+    filtered: Boolean(projectId || status),
+    paged: Boolean(query.before),
+    newestHref: deploymentsHref(filter),
+    olderHref: rows.length > query.limit ? deploymentsHref({ ...filter, before: shown.at(-1)!.id }) : null,
+  });
+}
 
 export default async function pageRoutes(app: FastifyInstance) {
   const { projects, agents, deployments, orm } = app.services;
