@@ -16,7 +16,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { unitText } from '../../installer/src/installer.ts';
 import { AgentBundle } from '../../coordinator/src/modules/agent-bundle/agent-bundle.ts';
-import { AGENT_FILE, agentSetup } from '../../coordinator/src/views/agent-setup.ts';
+import { AGENT_FILE, agentSetup, servedAgentVersion } from '../../coordinator/src/views/agent-setup.ts';
 import { type Client, signUp, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { cleanEnv, freePort, repoRoot, type Spawned, spawnNode, waitForOk } from '../helpers/processes.ts';
@@ -381,6 +381,17 @@ describe('start commands, run for real without Docker or systemd', () => {
     const proc = asSpawned(child);
     spawned.push(proc);
     await waitOnline('unit-agent', proc);
+  });
+
+  it('a coordinator whose agent file is not built yet names the version it will serve', async () => {
+    const agentPackage = join(repoRoot, 'agent', 'package.json');
+    const { version } = JSON.parse(readFileSync(agentPackage, 'utf8')) as { version: string };
+    const missing = new AgentBundle(join(tmp, 'not-built', 'deckhand-agent.js'));
+    expect(await servedAgentVersion(missing, agentPackage)).toBe(version);
+    expect(existsSync(missing.file)).toBe(false);
+    // Once built, the file's own banner is what counts.
+    expect(await servedAgentVersion(new AgentBundle(bundleFile), join(tmp, 'no-package.json'))).toBe(version);
+    expect(await servedAgentVersion(missing, join(tmp, 'no-package.json'))).toBeNull();
   });
 
   it("the coordinator image's CMD: it answers /readyz and serves the agent file", async () => {

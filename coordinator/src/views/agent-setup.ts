@@ -61,16 +61,23 @@ export function agentSetup(url: string, token: string): AgentSetup {
   };
 }
 
-const bundle = new AgentBundle();
+const BUNDLE = new AgentBundle();
+const AGENT_PACKAGE = path.join(ROOT, 'agent', 'package.json');
 
 /**
  * The agent version GET /agent/version reports, read the way that route reads it (the bundle's
- * banner). Only when the bundle is already built: a page never waits for a build. Null otherwise.
+ * banner). A page never waits for a build: before the first one (a fresh `npm start`), it is the
+ * version the build would stamp, agent/package.json's, so outdated agents are flagged from the
+ * start. Null when neither can be read.
  */
-export async function servedAgentVersion(): Promise<string | null> {
-  if (!existsSync(bundle.file)) return null;
+export async function servedAgentVersion(
+  bundle: AgentBundle = BUNDLE,
+  agentPackage: string = AGENT_PACKAGE,
+): Promise<string | null> {
   try {
-    return (await bundle.get()).version;
+    if (existsSync(bundle.file)) return (await bundle.get()).version;
+    const { version } = JSON.parse(readFileSync(agentPackage, 'utf8')) as { version?: unknown };
+    return typeof version === 'string' ? version : null;
   } catch {
     return null;
   }
