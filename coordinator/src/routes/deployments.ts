@@ -13,6 +13,7 @@ import { requireActor } from '../plugins/auth.ts';
 import { acceptForms, field, type FormFields, formDone, isBrowserForm } from '../plugins/forms.ts';
 import { renderPage, sendJsonText, wantsHtml } from '../plugins/negotiation.ts';
 import { buildLogView } from '../views/deployment-log.ts';
+import { renderDeploymentsPage } from './pages.ts';
 
 const DeploymentJson = Type.Object({
   id: Uuid,
@@ -210,16 +211,23 @@ export default async function deploymentRoutes(instance: FastifyInstance) {
         }),
         response: { 200: Ok({ deployments: Type.Array(DeploymentJson) }), ...errors(400, 401) },
       },
+      // The page's filter form sends "All projects" and "Any status" as empty values: for a
+      // browser an empty filter is no filter. The JSON API keeps refusing them.
+      preValidation: async (request) => {
+        if (!wantsHtml(request)) return;
+        const query = request.query as Record<string, unknown>;
+        for (const key of ['project_id', 'status']) if (query[key] === '') delete query[key];
+      },
     },
     async (request, reply) => {
       const q = request.query;
+      if (wantsHtml(request)) return renderDeploymentsPage(app, reply, q);
       const list = await deployments.list({
         projectId: q.project_id,
         status: q.status,
         limit: q.limit,
         before: q.before,
       });
-      if (wantsHtml(request)) return renderPage(reply, 'deployments', { deployments: list });
       return { success: true as const, deployments: list };
     },
   );
