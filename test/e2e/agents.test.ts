@@ -309,8 +309,7 @@ describe('the agent endpoint refuses', () => {
     const reason = JSON.parse(frames[0]!).reason as string;
     expect(reason).toMatch(/Upgrade the agent/);
     // How: the file to download, and the CLI command for an agent installed over SSH.
-    // The coordinator's public URL once the hub is given it (AgentHubOptions.publicUrl), else a placeholder.
-    const base = reason.includes(coordinator.url) ? coordinator.url : '<coordinator-url>';
+    const base = coordinator.url;
     expect(reason).toContain(
       `download it from ${base}/agent/download (curl -fsSLo deckhand-agent.js ${base}/agent/download)`,
     );

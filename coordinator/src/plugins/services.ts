@@ -126,6 +126,7 @@ export function createServices(o: ServiceOptions): Services {
     onAgentOnline: () => queueMoved(),
     // Agents older than the one served at GET /agent/download are told so, and may update.
     agentUpdate: (version) => agentUpdates.offerFor(version),
+    publicUrl: o.publicUrl,
     log: o.log.child({ component: 'agent-hub' }),
   });
   const ssh = new SshRunner({

@@ -36,7 +36,7 @@ export interface AgentHubOptions {
   /** The newer agent to offer in the welcome (Welcome.update), if any. */
   agentUpdate?: (agentVersion: string) => Promise<Welcome['update']>;
   /** Where users reach the coordinator, so a refused agent is told where to download its file. */
-  publicUrl?: () => string;
+  publicUrl: () => string;
   log: Logger;
 }
 
@@ -270,7 +270,7 @@ export class AgentHub {
     if (hello.protocolVersion !== PROTOCOL_VERSION) {
       // The agent cannot update itself across protocols (the offer is in the welcome it will never
       // get), so the reason is the whole instruction: the person reading it is on the host.
-      const download = `${this.#o.publicUrl?.() ?? '<coordinator-url>'}/agent/download`;
+      const download = `${this.#o.publicUrl()}/agent/download`;
       const speaks = `This agent speaks protocol ${hello.protocolVersion}; the coordinator speaks ${PROTOCOL_VERSION}.`;
       const reason =
         hello.protocolVersion < PROTOCOL_VERSION
