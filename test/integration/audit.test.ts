@@ -1,11 +1,12 @@
 // The audit log: who or what triggered, cancelled or changed anything — a user (session), an API
 // token, a webhook delivery — when and from where; per project for its readers, globally for
 // admins; never a secret value.
-import { createHmac } from 'node:crypto';
+import { createHmac, randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { coordinatorWithAdmin, createProject, signUp } from '../helpers/coordinator.ts';
 import { patch, SECRET_VALUE } from '../helpers/projects.ts';
 import { expectJsonError } from '../helpers/responses.ts';
+import { sql } from '../helpers/sql.ts';
 
 const api = coordinatorWithAdmin({ REGISTRATION: 'open' });
 
@@ -105,5 +106,98 @@ describe('GET /audit and GET /projects/:id/audit', () => {
     expectJsonError(await api.admin.get('/audit?before=yesterday'), 400);
     expectJsonError(await api.admin.get('/projects/00000000-0000-4000-8000-000000000000/audit'), 404);
     expectJsonError(await viewer.get('/audit', { cookie: null }), 401);
+  });
+
+  describe('paging with before=<event id> is exact, even within one millisecond', () => {
+    // Five events of one project recorded in the same millisecond (a busy instant, or a batch in
+    // one transaction), between an older and a newer one.
+    const seed = async () => {
+      const projectId = (await createProject(api.admin)).json.project.id as string;
+      const at = '2030-01-01T12:00:00.123Z';
+      const insert = (created: string) =>
+        sql(
+          api.coord,
+          `insert into audit_events (id, created_at, actor_type, actor_name, action, project_id)
+           values (?, ?, 'system', 'paging test', 'project.update', ?)`,
+          [randomUUID(), created, projectId],
+        );
+      await insert('2030-01-01T12:00:00.122Z');
+      for (let i = 0; i < 5; i++) await insert(at);
+      await insert('2030-01-01T12:00:00.124Z');
+      const rows = await sql(
+        api.coord,
+        `select id from audit_events where project_id = ? and actor_name = 'paging test'`,
+        [projectId],
+      );
+      return { projectId, at, ids: rows.map((r: { id: string }) => r.id) as string[] };
+    };
+
+    const walk = async (path: string) => {
+      const seen: AuditEvent[] = [];
+      let before: string | undefined;
+      for (let page = 0; page < 50; page++) {
+        const res = await api.admin.get(`${path}?limit=1${before ? `&before=${before}` : ''}`);
+        expect(res.status, res.text).toBe(200);
+        const events = res.json.audit_events as AuditEvent[];
+        if (events.length === 0) return seen;
+        expect(events).toHaveLength(1);
+        seen.push(events[0]!);
+        before = events[0]!.id;
+      }
+      throw new Error('paging did not end');
+    };
+
+    it('a project log paged one by one returns each event once, newest first', async () => {
+      const { projectId, at, ids } = await seed();
+      const seen = (await walk(`/projects/${projectId}/audit`)).filter((e) => e.actor.name === 'paging test');
+      expect(seen.map((e) => e.id).sort()).toEqual([...ids].sort());
+      expect(new Set(seen.map((e) => e.id)).size).toBe(seen.length);
+      expect(seen.map((e) => e.created_at)).toEqual([
+        '2030-01-01T12:00:00.124Z',
+        at,
+        at,
+        at,
+        at,
+        at,
+        '2030-01-01T12:00:00.122Z',
+      ]);
+    });
+
+    it('the global log too', async () => {
+      const { ids } = await seed();
+      const seen = await walk('/audit');
+      const ours = seen.filter((e) => ids.includes(e.id));
+      expect(ours).toHaveLength(ids.length);
+      expect(new Set(seen.map((e) => e.id)).size).toBe(seen.length);
+      const all = (await api.admin.get('/audit?limit=500')).json.audit_events as AuditEvent[];
+      expect(seen.map((e) => e.id)).toEqual(all.map((e) => e.id));
+    });
+
+    it("the page's Older link carries the last shown event's id", async () => {
+      const { projectId, ids } = await seed();
+      const seen: string[] = [];
+      let href: string | null = `/projects/${projectId}/audit?limit=1`;
+      while (href) {
+        const res = await api.admin.get(href, { headers: { accept: 'text/html' } });
+        expect(res.status, res.text).toBe(200);
+        const shown = [...res.text.matchAll(/data-event="([0-9a-f-]{36})"/g)].map((m) => m[1]!);
+        seen.push(...shown);
+        const older = /<a href="([^"]+)">Older/.exec(res.text);
+        href = older ? older[1]!.replaceAll('&amp;', '&') : null;
+        if (older) expect(older[1]).toContain(`before=${shown.at(-1)}`);
+      }
+      expect(seen.filter((id) => ids.includes(id))).toHaveLength(ids.length);
+      expect(new Set(seen).size).toBe(seen.length);
+    });
+
+    it('an ISO time still pages, as before (older than that instant)', async () => {
+      const { projectId, at } = await seed();
+      const res = await api.admin.get(`/projects/${projectId}/audit?before=${encodeURIComponent(at)}`);
+      expect(res.status, res.text).toBe(200);
+      const events = res.json.audit_events as AuditEvent[];
+      expect(events.every((e) => e.created_at < at)).toBe(true);
+      expect(events.some((e) => e.created_at === '2030-01-01T12:00:00.122Z')).toBe(true);
+      expectJsonError(await api.admin.get(`/audit?before=${randomUUID()}`), 400);
+    });
   });
 });

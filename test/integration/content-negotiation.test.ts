@@ -119,9 +119,13 @@ describe('content negotiation on the audit log (GET /audit, GET /projects/:id/au
   });
 
   it('a bad `before` is refused on the page as in the JSON', async () => {
-    expectJsonError(await admin.get('/audit?before=yesterday'), 400, 'before must be a timestamp');
+    expectJsonError(
+      await admin.get('/audit?before=yesterday'),
+      400,
+      'before must be an audit event id or an ISO timestamp',
+    );
     const page = await admin.get('/audit?before=yesterday', { headers: { accept: BROWSER_ACCEPT } });
     expect(page.status).toBe(400);
-    expect(page.text).toContain('before must be a timestamp');
+    expect(page.text).toContain('before must be an audit event id or an ISO timestamp');
   });
 });

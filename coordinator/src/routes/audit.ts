@@ -6,7 +6,6 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import Type from 'typebox';
 import { type AuditEventJson, listAudit } from '../modules/audit/audit.service.ts';
-import { BadRequestError } from '../modules/common/errors.ts';
 import { errors, Ok, Timestamp, Uuid } from '../modules/common/schemas.ts';
 import type { ProjectJson } from '../modules/project/project.schema.ts';
 import { renderPage, wantsHtml } from '../plugins/negotiation.ts';
@@ -29,15 +28,13 @@ const AuditEventJson = Type.Object({
 });
 const Page = Type.Object({
   limit: Type.Integer({ minimum: 1, maximum: 500, default: 100 }),
-  before: Type.Optional(Type.String({ description: 'an event created_at: older ones only' })),
+  before: Type.Optional(
+    Type.String({
+      description:
+        'an audit event id: the events after it (exact, even within one millisecond); or an ISO timestamp: events older than it',
+    }),
+  ),
 });
-
-function beforeOf(value: string | undefined): Date | undefined {
-  if (value === undefined) return undefined;
-  const date = new Date(value);
-  if (Number.isNaN(date.getTime())) throw new BadRequestError('before must be a timestamp');
-  return date;
-}
 
 /** The JSON route's default page size: a link leaves `limit` out when it is this. */
 const DEFAULT_LIMIT = 100;
@@ -55,7 +52,7 @@ export default async function auditRoutes(instance: FastifyInstance) {
 
   /**
    * The list as a page: one more event is read than shown, to know whether an older page exists;
-   * "Older" pages from the last shown event's time, as the JSON's `before` does.
+   * "Older" pages from the last shown event's id, as the JSON's `before` does.
    */
   const auditPage = async (
     reply: FastifyReply,
@@ -66,7 +63,7 @@ export default async function auditRoutes(instance: FastifyInstance) {
       listAudit(app.services.orm.em.fork(), {
         projectId: project?.id,
         limit: query.limit + 1,
-        before: beforeOf(query.before),
+        before: query.before,
       }),
       app.services.projects.list(),
     ]);
@@ -77,7 +74,7 @@ export default async function auditRoutes(instance: FastifyInstance) {
       events: auditRows(shown, new Map(projects.map((p) => [p.id, p.name]))),
       paged: Boolean(query.before),
       newestHref: auditHref(path, query.limit),
-      olderHref: events.length > query.limit ? auditHref(path, query.limit, shown.at(-1)!.created_at) : null,
+      olderHref: events.length > query.limit ? auditHref(path, query.limit, shown.at(-1)!.id) : null,
     });
   };
 
@@ -97,7 +94,7 @@ export default async function auditRoutes(instance: FastifyInstance) {
         success: true as const,
         audit_events: await listAudit(app.services.orm.em.fork(), {
           limit: request.query.limit,
-          before: beforeOf(request.query.before),
+          before: request.query.before,
         }),
       };
     },
@@ -121,7 +118,7 @@ export default async function auditRoutes(instance: FastifyInstance) {
         audit_events: await listAudit(app.services.orm.em.fork(), {
           projectId: project.id,
           limit: request.query.limit,
-          before: beforeOf(request.query.before),
+          before: request.query.before,
         }),
       };
     },

@@ -1,6 +1,8 @@
 // Appends audit events inside the caller's transaction, so a change and its record commit together.
+import { raw } from '@mikro-orm/core';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Actor } from '../common/actor.ts';
+import { BadRequestError } from '../common/errors.ts';
 import { AuditEvent } from './audit-event.entity.ts';
 
 export function recordAudit(
@@ -38,16 +40,41 @@ export interface AuditEventJson {
   details: Record<string, unknown> | null;
 }
 
-/** Newest first; `before` pages on (an event's created_at). */
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * Where an older page starts: after an event (its id: exact, however many events share its
+ * millisecond) or, as the API first offered, before a time (events of that very millisecond are
+ * left out whole, so a time cursor can skip some; links use ids).
+ */
+async function cursorOf(em: EntityManager, before: string): Promise<{ at: Date; id: string | null }> {
+  if (UUID.test(before)) {
+    const event = await em.findOne(AuditEvent, { id: before }, { fields: ['createdAt'] });
+    if (event) return { at: event.createdAt, id: event.id };
+  }
+  const at = new Date(before);
+  if (Number.isNaN(at.getTime()))
+    throw new BadRequestError('before must be an audit event id or an ISO timestamp');
+  return { at, id: null };
+}
+
+/** Newest first, ties on the same millisecond broken by id, the order the id cursor follows. */
 export async function listAudit(
   em: EntityManager,
-  filter: { projectId?: string; limit: number; before?: Date },
+  filter: { projectId?: string; limit: number; before?: string },
 ): Promise<AuditEventJson[]> {
+  const cursor = filter.before === undefined ? null : await cursorOf(em, filter.before);
   const events = await em.find(
     AuditEvent,
     {
       ...(filter.projectId ? { projectId: filter.projectId } : {}),
-      ...(filter.before ? { createdAt: { $lt: filter.before } } : {}),
+      ...(cursor?.id
+        ? {
+            [raw((alias) => `(${alias}.created_at, ${alias}.id) < (?, ?)`, [cursor.at, cursor.id])]: [],
+          }
+        : cursor
+          ? { createdAt: { $lt: cursor.at } }
+          : {}),
     },
     { orderBy: { createdAt: 'desc', id: 'desc' }, limit: filter.limit },
   );
