@@ -117,14 +117,14 @@ afterAll(async () => {
 describe('an SSH connection that goes silent mid-command', () => {
   it('fails the deployment within the keepalive window, and the host stops the command', async () => {
     const silent = await proxy();
-    const deployId = await deployThrough(silent.port, ['echo started; sleep 302 & sleep 312; echo never']);
+    const deployId = await deployThrough(silent.port, ['echo started; sleep 322 & sleep 332; echo never']);
     await waitFor(
       deployId,
       (d) => d.logs.some((l: { log: string }) => l.log.includes('started\n')),
       'the command start',
       30_000,
     );
-    expect(await processesWith('sleep 312')).toHaveLength(1);
+    expect(await processesWith('sleep 332')).toHaveLength(1);
 
     silent.freeze();
     const frozenAt = Date.now();
@@ -137,7 +137,7 @@ describe('an SSH connection that goes silent mid-command', () => {
     const noticedAfter = Date.now() - frozenAt;
     expect(d.deployment.status).toBe('failed');
     expect(d.deployment.reason).toBe(
-      `${sshd!.user}@127.0.0.1:${silent.port}: command 1 (echo started; sleep 302 & sleep 312; echo never) failed: ` +
+      `${sshd!.user}@127.0.0.1:${silent.port}: command 1 (echo started; sleep 322 & sleep 332; echo never) failed: ` +
         `the SSH connection was lost: the host did not answer for 20 s (keepalives unanswered)`,
     );
     expect(d.logs[1]).toMatchObject({ status: 'failed' });
@@ -148,10 +148,10 @@ describe('an SSH connection that goes silent mid-command', () => {
     // sshd's side of the connection is still open (the proxy holds it frozen), so its stdin never
     // ended: the wrapper stops the group because the heartbeats stopped, background child included.
     const deadline = frozenAt + SILENCE_MS + 10_000;
-    let left = [...(await processesWith('sleep 302')), ...(await processesWith('sleep 312'))];
+    let left = [...(await processesWith('sleep 322')), ...(await processesWith('sleep 332'))];
     while (left.length > 0 && Date.now() < deadline) {
       await new Promise((r) => setTimeout(r, 200));
-      left = [...(await processesWith('sleep 302')), ...(await processesWith('sleep 312'))];
+      left = [...(await processesWith('sleep 322')), ...(await processesWith('sleep 332'))];
     }
     expect(left, (await sshd!.log()).slice(-2000)).toEqual([]);
   }, 60_000);
