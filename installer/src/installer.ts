@@ -322,7 +322,9 @@ if [ -z "$node" ]; then node=$(command -v node 2>/dev/null || bash -lc 'command 
 echo "node=$node"
 [ -n "$node" ] && echo "node_version=$("$node" --version 2>/dev/null)"
 echo "git=$(command -v git 2>/dev/null)"
-if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then echo systemd=yes; else echo systemd=no; fi
+# "offline" is systemctl's word for a host where systemd is not PID 1 (a container, a chroot).
+state=$(systemctl is-system-running 2>/dev/null || true)
+if [ -n "$state" ] && [ "$state" != offline ]; then echo systemd=yes; else echo systemd=no; fi
 if [ "$uid" != 0 ] && systemctl --user show-environment >/dev/null 2>&1; then echo user_systemd=yes; else echo user_systemd=no; fi
 `;
   const r = await remote.run(script);
@@ -487,6 +489,7 @@ export async function installAgent(
   say(`Connecting to ${where}…`);
   const { remote, fingerprint, algorithm } = await connect(t, hooks);
   let created: { id: string } | null = null;
+  let started: Layout | null = null;
   try {
     say(
       `Host key ${fingerprint} (${algorithm}) ${t.fingerprint ? 'matches the pinned fingerprint' : 'confirmed'}.`,
@@ -510,6 +513,12 @@ export async function installAgent(
         "Creating the user 'deckhand'",
         `id -u deckhand >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/deckhand-agent --shell /usr/sbin/nologin deckhand`,
       );
+      // Folders above it that this creates must let deckhand through (writeRemote's umask would not).
+      await must(
+        remote,
+        `Creating ${l.dir}`,
+        `umask 022; mkdir -p ${q(l.dir)} && chown deckhand:deckhand ${q(l.dir)} && chmod 750 ${q(l.dir)}`,
+      );
     }
     await writeRemote(remote, `${l.dir}/deckhand-agent.js`, bundle.code, '755');
     const env = [
@@ -521,8 +530,19 @@ export async function installAgent(
     ].join('\n');
     // The token: readable by the agent's user (or, for a system unit, by root, which hands it over).
     await writeRemote(remote, l.envFile, Buffer.from(env), '600');
-    if (l.mode === 'system')
+    if (l.mode === 'system') {
       await must(remote, 'Handing the folder to deckhand', `chown -R deckhand:deckhand ${q(l.dir)}`);
+      // Self-update writes the new file beside the old one and renames it: that takes a folder
+      // the agent's own user can write, all the way down from /.
+      const probeWrite = await remote.run(
+        `su -s /bin/sh deckhand -c ${q(`test -w ${q(l.dir)} && test -r ${q(`${l.dir}/deckhand-agent.js`)}`)}`,
+      );
+      if (probeWrite.code !== 0) {
+        throw hostError(
+          `The user deckhand cannot write to ${l.dir} (a folder above it is closed to it), so the agent could neither run nor update itself there: choose a --dir deckhand can reach, e.g. under /var/lib/deckhand-agent.`,
+        );
+      }
+    }
     say(
       `Uploaded deckhand-agent ${bundle.version} (${Math.round(bundle.code.length / 1024)} KiB) to ${l.dir}.`,
     );
@@ -530,6 +550,7 @@ export async function installAgent(
     report.step('start');
     if (l.mode === 'nohup') {
       await writeRemote(remote, `${l.dir}/start.sh`, Buffer.from(startScript(t.name, l, facts.node)), '755');
+      started = l;
       const out = await must(remote, 'Starting the agent', `${q(`${l.dir}/start.sh`)}`);
       say(
         `No systemd${facts.uid === 0 ? '' : ' user instance'} on this host: the agent was ${out.trim()} with nohup, logging to ${l.dir}/agent.log.` +
@@ -543,11 +564,18 @@ export async function installAgent(
       const unit = unitText(l, facts.node, t.name);
       await writeRemote(remote, l.unitFile!, Buffer.from(unit), '644');
       const ctl = l.mode === 'system' ? 'systemctl' : 'systemctl --user';
-      await must(
-        remote,
-        'Starting the service',
-        `${ctl} daemon-reload && ${ctl} enable --now ${q(l.unitName)}`,
+      started = l;
+      // restart, not enable --now: a unit left running by an earlier installation of this name
+      // would otherwise keep its old file and token.
+      const r = await remote.run(
+        `${ctl} daemon-reload && ${ctl} enable ${q(l.unitName)} 2>&1 && ${ctl} restart ${q(l.unitName)}`,
       );
+      if (r.code !== 0) {
+        throw hostError(
+          `Starting ${l.unitName} failed (exit ${r.code}): ${lastLines(r.stderr || r.stdout, 5)}\n` +
+            `${await journalTail(remote, l)}\n${unitAdvice(l)}`,
+        );
+      }
       say(`Installed and started ${l.unitFile} (${ctl} status ${l.unitName}).`);
       if (l.mode === 'user') {
         const linger = await remote.run('loginctl enable-linger 2>&1');
@@ -569,19 +597,17 @@ export async function installAgent(
         return { agentId: registered.id, version: me.version ?? bundle.version };
       }
       if (Date.now() > deadline) {
-        const tail =
-          l.mode === 'nohup'
-            ? await remote.run(`tail -n 20 ${q(`${l.dir}/agent.log`)}`)
-            : await remote.run(
-                `journalctl ${l.mode === 'user' ? '--user ' : ''}-u ${q(l.unitName)} -n 20 --no-pager`,
-              );
-        throw hostError(
-          `${t.name} did not come online within ${t.waitMs / 1000} s. Can the host reach ${t.agentUrl}? Its log:\n${tail.stdout.trim()}`,
-        );
+        const didNot = `${t.name} did not come online within ${t.waitMs / 1000} s. Can the host reach ${t.agentUrl}?`;
+        if (l.mode === 'nohup') {
+          const tail = await remote.run(`tail -n 20 ${q(`${l.dir}/agent.log`)}`);
+          throw hostError(`${didNot} Its log:\n${tail.stdout.trim()}`);
+        }
+        throw hostError(`${didNot}\n${await journalTail(remote, l)}\n${unitAdvice(l)}`);
       }
       await sleep(1_000);
     }
   } catch (err) {
+    if (started) await stopStarted(remote, started, say);
     if (created) {
       // Nothing half-installed is left registered; what was written on the host stays for a look.
       await coordinator
@@ -593,6 +619,36 @@ export async function installAgent(
   } finally {
     remote.end();
   }
+}
+
+function lastLines(text: string, n: number): string {
+  return text.trim().split('\n').slice(-n).join(' | ');
+}
+
+/** The unit's last journal lines, for a person to read what went wrong. */
+async function journalTail(remote: Remote, l: Layout): Promise<string> {
+  const user = l.mode === 'user' ? '--user ' : '';
+  const r = await remote.run(`journalctl ${user}-u ${q(l.unitName)} -n 20 --no-pager 2>&1`);
+  return `Its log (journalctl ${user}-u ${l.unitName}):\n${r.stdout.trim() || '(empty)'}`;
+}
+
+function unitAdvice(l: Layout): string {
+  const ctl = l.mode === 'user' ? 'systemctl --user' : 'systemctl';
+  return `Fix what the log says (see also: ${ctl} status ${l.unitName}; the files stay in ${l.unitFile} and ${l.dir}), then run the installation again.`;
+}
+
+/**
+ * After a failure, stops what was started: its registration is about to be removed, so it could
+ * only be refused, and a unit would do so again at every boot.
+ */
+async function stopStarted(remote: Remote, l: Layout, say: (line: string) => void): Promise<void> {
+  if (l.mode === 'nohup') {
+    await remote.run(`cd ${q(l.dir)} && [ -f agent.pid ] && kill -TERM "$(cat agent.pid)" 2>/dev/null`);
+    return;
+  }
+  const ctl = l.mode === 'system' ? 'systemctl' : 'systemctl --user';
+  const r = await remote.run(`${ctl} disable --now ${q(l.unitName)} 2>&1`);
+  if (r.code === 0) say(`Stopped and disabled ${l.unitName}.`);
 }
 
 /** nohup mode: starts the agent in the background unless it runs already; its pid in agent.pid. */
