@@ -8,7 +8,7 @@
 // systemd: the agent comes online, the coordinator answers /readyz and serves the agent file.
 import { execFile, execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createRequire } from 'node:module';
@@ -16,7 +16,12 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { unitText } from '../../installer/src/installer.ts';
 import { AgentBundle } from '../../coordinator/src/modules/agent-bundle/agent-bundle.ts';
-import { AGENT_FILE, agentSetup, servedAgentVersion } from '../../coordinator/src/views/agent-setup.ts';
+import {
+  AGENT_FILE,
+  AGENT_USER,
+  agentSetup,
+  servedAgentVersion,
+} from '../../coordinator/src/views/agent-setup.ts';
 import { type Client, signUp, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { cleanEnv, freePort, repoRoot, type Spawned, spawnNode, waitForOk } from '../helpers/processes.ts';
@@ -94,6 +99,9 @@ beforeAll(async () => {
   tmp = await mkdtemp(join(tmpdir(), 'deckhand-packaging-'));
   bundleFile = join(tmp, 'opt', 'deckhand', 'deckhand-agent.js');
   await new AgentBundle(bundleFile).get();
+  // Where the Agents page's setup steps put it on a host, under tmp as /.
+  await mkdir(dirname(join(tmp, AGENT_FILE)), { recursive: true });
+  await copyFile(bundleFile, join(tmp, AGENT_FILE));
   coordinator = await startCoordinator({ AGENT_HEARTBEAT_MS: '1000' });
   ({ client: admin } = await signUp(coordinator.url));
 }, 120_000);
@@ -301,15 +309,19 @@ describe.skipIf(SYSTEMD_ANALYZE === null)('systemd units', () => {
     expect(res.code, res.output).toBe(0);
   });
 
-  it("the sample unit runs the file the Agents page's setup steps download", () => {
+  it("the sample unit runs the file the Agents page's setup steps download, in a folder its user owns", () => {
     const setup = agentSetup('https://deploy.example.com', 'dha_x');
-    expect(setup.install).toContain(
-      `sudo curl -fsSL -o ${AGENT_FILE} https://deploy.example.com/agent/download`,
-    );
+    const header = readFileSync(join(repoRoot, 'agent', 'systemd', 'deckhand-agent.service'), 'utf8');
+    const download = `sudo -u ${AGENT_USER} curl -fsSL -o ${AGENT_FILE} https://deploy.example.com/agent/download`;
+    expect(setup.install).toContain(download);
+    expect(header).toContain(download);
     expect(setup.unit).toContain(`\nExecStart=/usr/bin/env node ${AGENT_FILE} `);
-    expect(readFileSync(join(repoRoot, 'agent', 'systemd', 'deckhand-agent.service'), 'utf8')).toContain(
-      `sudo curl -fsSL -o ${AGENT_FILE} `,
-    );
+    expect(setup.unit).toContain(`\nUser=${AGENT_USER}\n`);
+    // The agent replaces its own file when it updates itself: the folder is its user's home.
+    const useradd = `sudo useradd --system --create-home --home-dir ${dirname(AGENT_FILE)} --shell /usr/sbin/nologin ${AGENT_USER}`;
+    expect(setup.install!.split('\n')[0]).toBe(useradd);
+    expect(header).toContain(useradd);
+    expect(setup.install).not.toMatch(/sudo (curl|install|cp) .*deckhand-agent\.js/);
   });
 });
 
@@ -340,10 +352,10 @@ describe('start commands, run for real without Docker or systemd', () => {
     const unit = readFileSync(join(repoRoot, 'agent', 'systemd', 'deckhand-agent.service'), 'utf8');
     const execStart = /^ExecStart=(.*)$/m.exec(unit)![1]!.split(' ');
     expect(execStart.slice(0, 3)).toEqual(['/usr/bin/env', 'node', AGENT_FILE]);
-    // The host's file system, here: / is tmp (the bundle is at tmp/opt/deckhand/deckhand-agent.js).
+    // The host's file system, here: / is tmp (the bundle is at tmp + AGENT_FILE).
     const args = execStart.slice(2).map((a) => (a.startsWith('/') ? join(tmp, a) : a));
     const child = spawn(process.execPath, args, {
-      cwd: tmp,
+      cwd: join(tmp, /^WorkingDirectory=(.*)$/m.exec(unit)![1]!),
       env: cleanEnv({ DECKHAND_URL: coordinator!.url, DECKHAND_TOKEN: token }) as NodeJS.ProcessEnv,
       stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -9,8 +9,14 @@ import { AgentBundle } from '../modules/agent-bundle/agent-bundle.ts';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const UNIT_FILE = path.join(ROOT, 'agent', 'systemd', 'deckhand-agent.service');
-/** Where the setup steps put the one-file agent the coordinator serves; the unit's ExecStart runs it. */
-export const AGENT_FILE = '/opt/deckhand/deckhand-agent.js';
+/** The user the unit runs as; the setup steps create it. */
+export const AGENT_USER = 'deckhand';
+/**
+ * Where the setup steps put the one-file agent the coordinator serves; the unit's ExecStart runs
+ * it. In the agent user's home, since the agent replaces its own file when it updates itself
+ * (a new file beside it, renamed over it), which a folder owned by root would not allow.
+ */
+export const AGENT_FILE = '/var/lib/deckhand-agent/deckhand-agent.js';
 
 /** The repository's unit (agent/systemd/), without its comment header. */
 function unitText(): string | null {
@@ -48,11 +54,10 @@ export function agentSetup(url: string, token: string): AgentSetup {
     envFile,
     install: UNIT
       ? [
-          'sudo useradd --system --create-home --home-dir /var/lib/deckhand-agent deckhand',
-          `sudo install -d -m 0755 ${path.posix.dirname(AGENT_FILE)}`,
-          `sudo curl -fsSL -o ${AGENT_FILE} ${shellWord(`${url}/agent/download`)}`,
-          'sudo install -d -o root -g deckhand -m 0750 /etc/deckhand',
-          'sudo install -o root -g deckhand -m 0640 agent.env /etc/deckhand/agent.env',
+          `sudo useradd --system --create-home --home-dir ${path.posix.dirname(AGENT_FILE)} --shell /usr/sbin/nologin ${AGENT_USER}`,
+          `sudo -u ${AGENT_USER} curl -fsSL -o ${AGENT_FILE} ${shellWord(`${url}/agent/download`)}`,
+          `sudo install -d -o root -g ${AGENT_USER} -m 0750 /etc/deckhand`,
+          `sudo install -o root -g ${AGENT_USER} -m 0640 agent.env /etc/deckhand/agent.env`,
           'sudo cp deckhand-agent.service /etc/systemd/system/',
           'sudo systemctl enable --now deckhand-agent',
         ].join('\n')
