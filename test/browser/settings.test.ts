@@ -85,7 +85,7 @@ describe('agents and settings pages in the browser', () => {
     const unit = (await page.locator('#agent-unit').textContent())!;
     expect(unit).toContain('[Service]');
     expect(unit).toContain('EnvironmentFile=/etc/deckhand/agent.env');
-    expect(unit).toContain('ExecStart=/usr/bin/env node /opt/deckhand/deckhand-agent.js');
+    expect(unit).toContain('ExecStart=/usr/bin/env node /var/lib/deckhand-agent/deckhand-agent.js');
     expect(await page.locator('#agent-install').textContent()).toContain(`${base}/agent/download`);
     // Copy buttons copy what is shown.
     await browser.context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: base });
