@@ -1,7 +1,8 @@
 // A project's outgoing webhooks (admins add and delete them; the secret is shown once) and the
 // record of its notifications — mails, webhook deliveries, commit statuses — with every attempt.
+// A browser gets the record as a page at the same URLs (views/project-notifications.eta).
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 import Type from 'typebox';
 import { errors, Ok } from '../modules/common/schemas.ts';
 import {
@@ -11,7 +12,8 @@ import {
 } from '../modules/notification/notification.schema.ts';
 import { requireActor } from '../plugins/auth.ts';
 import { acceptForms, field, fieldList, type FormFields, isBrowserForm } from '../plugins/forms.ts';
-import { renderPage } from '../plugins/negotiation.ts';
+import { renderPage, wantsHtml } from '../plugins/negotiation.ts';
+import { CHANNEL_FILTERS, noticeRows } from '../views/notification-view.ts';
 
 const ProjectParams = Type.Object({ id: Type.String() });
 const HookParams = Type.Object({ id: Type.String(), hookId: Type.String() });
@@ -27,6 +29,31 @@ export default async function projectHookRoutes(instance: FastifyInstance) {
   const app = instance.withTypeProvider<TypeBoxTypeProvider>();
   const notifications = app.services.notifications;
   acceptForms(instance);
+
+  /** The record as a page: the project's, one channel's, or one webhook's (`hook`). */
+  const noticesPage = async (
+    reply: FastifyReply,
+    projectId: string,
+    notices: NotificationDeliveryJson[],
+    opts: { limit: number; channel?: string; hook?: HookJson },
+  ) => {
+    const [project, hooks] = await Promise.all([
+      app.services.projects.get(projectId),
+      notifications.listHooks(projectId),
+    ]);
+    const more = new URLSearchParams({ limit: '200', ...(opts.channel ? { channel: opts.channel } : {}) });
+    return renderPage(reply, 'project-notifications', {
+      project: { id: project.id, name: project.name },
+      hook: opts.hook ?? null,
+      channel: opts.channel ?? null,
+      channelNone: CHANNEL_FILTERS.find((f) => f.channel === opts.channel)?.none ?? '',
+      filters: CHANNEL_FILTERS,
+      notices: noticeRows(project.id, notices, hooks),
+      limit: opts.limit,
+      more: notices.length >= opts.limit,
+      moreHref: `${reply.request.url.split('?')[0]}?${more.toString()}`,
+    });
+  };
 
   app.get(
     '/projects/:id/hooks',
@@ -99,14 +126,20 @@ export default async function projectHookRoutes(instance: FastifyInstance) {
         response: { 200: Ok({ deliveries: Type.Array(NotificationDeliveryJson) }), ...errors(401, 404) },
       },
     },
-    async (request) => ({
-      success: true as const,
-      deliveries: await notifications.hookDeliveries(
+    async (request, reply) => {
+      const deliveries = await notifications.hookDeliveries(
         request.params.id,
         request.params.hookId,
         request.query.limit,
-      ),
-    }),
+      );
+      if (wantsHtml(request)) {
+        const hook = (await notifications.listHooks(request.params.id)).find(
+          (h) => h.id === request.params.hookId,
+        );
+        return noticesPage(reply, request.params.id, deliveries, { limit: request.query.limit, hook });
+      }
+      return { success: true as const, deliveries };
+    },
   );
 
   app.get(
@@ -122,13 +155,11 @@ export default async function projectHookRoutes(instance: FastifyInstance) {
         response: { 200: Ok({ notifications: Type.Array(NotificationDeliveryJson) }), ...errors(401, 404) },
       },
     },
-    async (request) => ({
-      success: true as const,
-      notifications: await notifications.projectDeliveries(
-        request.params.id,
-        request.query.limit,
-        request.query.channel,
-      ),
-    }),
+    async (request, reply) => {
+      const { limit, channel } = request.query;
+      const list = await notifications.projectDeliveries(request.params.id, limit, channel);
+      if (wantsHtml(request)) return noticesPage(reply, request.params.id, list, { limit, channel });
+      return { success: true as const, notifications: list };
+    },
   );
 }
