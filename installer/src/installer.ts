@@ -11,30 +11,30 @@
 // What it needs of the coordinator (the agent file, registering, presence) comes through
 // InstallCoordinator: HTTP with an API token for the CLI, the services themselves for the route.
 // Nothing here touches the database, and it logs nothing: it reports through InstallReporter.
-import { createHash, timingSafeEqual } from 'node:crypto';
-import path from 'node:path';
+//
+// Where things are: connecting and running commands over SSH is ssh-remote.ts; probing the host,
+// the layout, the unit and the start script are host-layout.ts; InstallError is install-error.ts.
+// This file keeps the public types and the two procedures, installAgent and upgradeAgent.
 import ssh2 from 'ssh2';
-import type { Client as SshClient, ConnectConfig } from 'ssh2';
+import {
+  checkHost,
+  journalTail,
+  layout,
+  type Layout,
+  probe,
+  startScript,
+  stopStarted,
+  unitAdvice,
+  unitText,
+} from './host-layout.ts';
+import { hostError, InstallError } from './install-error.ts';
+import { connect, must, q, writeRemote } from './ssh-remote.ts';
+
+export { MIN_NODE_MAJOR, unitText } from './host-layout.ts';
+export { InstallError, type InstallErrorKind } from './install-error.ts';
 
 export const AGENT_NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$/;
-export const MIN_NODE_MAJOR = 22;
 const LOOPBACK = /^(localhost|127(\.\d+){3}|\[::1\])$/;
-
-/**
- * Why an installation stopped: `usage` — what was asked cannot be done as asked (a host key not
- * confirmed or not the pinned one, a key ssh cannot use); `host` — the host lacks something or a
- * step failed there; `coordinator` — the coordinator could not serve the agent.
- */
-export type InstallErrorKind = 'usage' | 'host' | 'coordinator';
-
-export class InstallError extends Error {
-  readonly kind: InstallErrorKind;
-  constructor(kind: InstallErrorKind, message: string) {
-    super(message);
-    this.name = 'InstallError';
-    this.kind = kind;
-  }
-}
 
 /** How to log in: a private key (OpenSSH or PEM, no passphrase), or an ssh-agent socket. */
 export type SshAuth = { privateKey: string } | { agent: string };
@@ -140,328 +140,6 @@ export function parsePrivateKey(text: string, label: string): string {
     throw new InstallError('usage', `${label} is not a private key ssh can use: ${parsed.message}`);
   }
   return text;
-}
-
-/** `SHA256:<base64, no padding>` of a key blob, as `ssh-keygen -l` prints it. */
-function fingerprintOf(key: Buffer): string {
-  return `SHA256:${createHash('sha256').update(key).digest('base64').replace(/=+$/, '')}`;
-}
-
-function keyAlgorithm(key: Buffer): string {
-  const n = key.length >= 4 ? key.readUInt32BE(0) : 0;
-  return n > 0 && n < 64 && key.length >= 4 + n ? key.subarray(4, 4 + n).toString('latin1') : 'unknown';
-}
-
-function sameFingerprint(a: string, b: string): boolean {
-  const x = Buffer.from(a.replace(/=+$/, ''));
-  const y = Buffer.from(b.replace(/=+$/, ''));
-  return x.length === y.length && timingSafeEqual(x, y);
-}
-
-/** Host key algorithms, one group per kind of key (the name a key blob carries comes first). */
-const HOST_KEY_KINDS = [
-  ['ssh-ed25519'],
-  ['ecdsa-sha2-nistp256'],
-  ['ecdsa-sha2-nistp384'],
-  ['ecdsa-sha2-nistp521'],
-  ['ssh-rsa', 'rsa-sha2-512', 'rsa-sha2-256'],
-];
-
-/** Single-quotes a word for a POSIX shell. */
-function q(word: string): string {
-  return `'${word.replaceAll("'", `'\\''`)}'`;
-}
-
-const hostError = (message: string) => new InstallError('host', message);
-
-interface Remote {
-  run(script: string, stdin?: Buffer): Promise<{ code: number | null; stdout: string; stderr: string }>;
-  end(): void;
-}
-
-class HostKeyRefused extends InstallError {
-  readonly algorithm: string;
-  constructor(message: string, algorithm: string) {
-    super('usage', message);
-    this.algorithm = algorithm;
-  }
-}
-
-class NoSuchHostKey extends Error {}
-
-/**
- * Connects and logs in. With a pinned fingerprint, a host whose first key does not match is
- * asked for each other kind of key it may hold (the pin may name its RSA key, say); only a key
- * that matches is accepted.
- */
-async function connect(
-  t: InstallTarget,
-  hooks: InstallHooks,
-): Promise<{ remote: Remote; fingerprint: string; algorithm: string }> {
-  try {
-    return await connectOnce(t, hooks, undefined);
-  } catch (first) {
-    if (!(first instanceof HostKeyRefused) || t.fingerprint === null) throw first;
-    for (const kinds of HOST_KEY_KINDS) {
-      if (kinds.includes(first.algorithm)) continue;
-      try {
-        return await connectOnce(t, hooks, kinds);
-      } catch (err) {
-        if (err instanceof HostKeyRefused || err instanceof NoSuchHostKey) continue;
-        throw err;
-      }
-    }
-    throw first;
-  }
-}
-
-async function connectOnce(
-  t: InstallTarget,
-  hooks: InstallHooks,
-  kinds: string[] | undefined,
-): Promise<{ remote: Remote; fingerprint: string; algorithm: string }> {
-  const where = `${t.user}@${t.host}:${t.port}`;
-  let presented: { fingerprint: string; algorithm: string } | undefined;
-  let refused: InstallError | undefined;
-  const client: SshClient = new ssh2.Client();
-  await new Promise<void>((resolve, reject) => {
-    client.once('ready', () => resolve());
-    // (After `ready` a rejection changes nothing.)
-    client.on('close', () =>
-      reject(
-        refused ??
-          (kinds && !presented
-            ? new NoSuchHostKey('closed')
-            : hostError(`Cannot connect to ${where}: the connection closed during login`)),
-      ),
-    );
-    client.on('error', (err: Error & { level?: string }) => {
-      client.end();
-      if (refused) reject(refused);
-      // Asked for one kind of key only: a host without it hangs up before showing any.
-      else if (kinds && !presented) reject(new NoSuchHostKey(err.message));
-      else if (err.level === 'client-authentication')
-        reject(
-          hostError(`${where} refused the key: add its public key to ~${t.user}/.ssh/authorized_keys there.`),
-        );
-      else reject(hostError(`Cannot connect to ${where}: ${err.message}`));
-    });
-    client.connect({
-      host: t.host.replace(/^\[(.*)\]$/, '$1'),
-      port: t.port,
-      username: t.user,
-      readyTimeout: 20_000,
-      tryKeyboard: false,
-      ...t.auth,
-      ...(kinds ? { algorithms: { serverHostKey: kinds } } : {}),
-      hostVerifier: (key: Buffer, verify: (ok: boolean) => void) => {
-        presented = { fingerprint: fingerprintOf(key), algorithm: keyAlgorithm(key) };
-        const fp = presented.fingerprint;
-        if (t.fingerprint !== null) {
-          const ok = sameFingerprint(fp, t.fingerprint);
-          if (!ok)
-            refused = new HostKeyRefused(
-              `Host key verification failed for ${where}: it presented ${fp} (${presented.algorithm}), not ${t.fingerprint}. Nothing was sent.`,
-              presented.algorithm,
-            );
-          verify(ok);
-          return;
-        }
-        const ask = hooks.confirmHostKey ?? (async () => false);
-        void ask(where, fp, presented.algorithm).then(
-          (ok) => {
-            if (!ok)
-              refused = new InstallError(
-                'usage',
-                `The host key of ${where} is ${fp} (${presented!.algorithm}), and it was not confirmed. Check it on the host (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) and pass --host-key-fingerprint ${fp}.`,
-              );
-            verify(ok);
-          },
-          () => verify(false),
-        );
-      },
-    } as ConnectConfig);
-  });
-  client.on('error', () => undefined);
-  const remote: Remote = {
-    run: (script, stdin) =>
-      new Promise((resolve, reject) => {
-        client.exec(`exec bash --norc -c ${q(script)}`, (err, ch) => {
-          if (err) return reject(hostError(`Cannot run a command on ${where}: ${err.message}`));
-          let stdout = '';
-          let stderr = '';
-          let code: number | null = null;
-          ch.on('data', (d: Buffer) => (stdout += d.toString('utf8')));
-          ch.stderr.on('data', (d: Buffer) => (stderr += d.toString('utf8')));
-          ch.on('exit', (c: number | null) => (code = c));
-          ch.on('close', () => resolve({ code, stdout, stderr }));
-          ch.end(stdin ?? Buffer.alloc(0));
-        });
-      }),
-    end: () => client.end(),
-  };
-  return { remote, ...presented! };
-}
-
-interface HostFacts {
-  uid: number;
-  user: string;
-  home: string;
-  node: string;
-  nodeVersion: string;
-  git: string;
-  systemd: boolean;
-  userSystemd: boolean;
-}
-
-async function probe(remote: Remote, t: InstallTarget): Promise<HostFacts> {
-  const script = `uid=$(id -u); echo "uid=$uid"; echo "user=$(id -un)"; echo "home=$HOME"
-node=${t.node ? q(t.node) : '""'}
-case "$node" in "~/"*) node="$HOME/\${node#\\~/}";; esac
-if [ -z "$node" ]; then node=$(command -v node 2>/dev/null || bash -lc 'command -v node' 2>/dev/null || true); fi
-echo "node=$node"
-[ -n "$node" ] && echo "node_version=$("$node" --version 2>/dev/null)"
-echo "git=$(command -v git 2>/dev/null)"
-# "offline" is systemctl's word for a host where systemd is not PID 1 (a container, a chroot).
-state=$(systemctl is-system-running 2>/dev/null || true)
-if [ -n "$state" ] && [ "$state" != offline ]; then echo systemd=yes; else echo systemd=no; fi
-if [ "$uid" != 0 ] && systemctl --user show-environment >/dev/null 2>&1; then echo user_systemd=yes; else echo user_systemd=no; fi
-`;
-  const r = await remote.run(script);
-  const facts = Object.fromEntries(
-    r.stdout
-      .split('\n')
-      .filter((l) => l.includes('='))
-      .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1).trim()]),
-  );
-  if (r.code !== 0 || facts.uid === undefined) {
-    throw hostError(
-      `Could not look around on the host (exit ${r.code}): ${r.stderr.trim() || r.stdout.trim()}`,
-    );
-  }
-  return {
-    uid: Number(facts.uid),
-    user: facts.user ?? '',
-    home: facts.home ?? '',
-    node: facts.node ?? '',
-    nodeVersion: facts.node_version ?? '',
-    git: facts.git ?? '',
-    systemd: facts.systemd === 'yes',
-    userSystemd: facts.user_systemd === 'yes',
-  };
-}
-
-const NODE_HOWTO =
-  'Install Node.js 22 or newer there — Debian/Ubuntu: https://github.com/nodesource/distributions ' +
-  '(curl -fsSL https://deb.nodesource.com/setup_22.x | sudo bash - && sudo apt-get install -y nodejs), ' +
-  'or a tarball from https://nodejs.org/en/download — then run this again (naming its path if it is not on the PATH).';
-
-function checkHost(f: HostFacts, where: string): void {
-  if (!f.node)
-    throw hostError(`No Node.js on ${where}: the agent needs Node ${MIN_NODE_MAJOR}+. ${NODE_HOWTO}`);
-  const major = Number(/^v(\d+)\./.exec(f.nodeVersion)?.[1] ?? NaN);
-  if (!(major >= MIN_NODE_MAJOR)) {
-    throw hostError(
-      `Node ${f.nodeVersion || '(unknown version)'} at ${f.node} on ${where} is too old: the agent needs Node ${MIN_NODE_MAJOR}+. ${NODE_HOWTO}`,
-    );
-  }
-  if (!f.git)
-    throw hostError(
-      `No git on ${where}: the agent checks out with git. Install it (apt-get install git) and run this again.`,
-    );
-}
-
-type Mode = 'system' | 'user' | 'nohup';
-
-interface Layout {
-  mode: Mode;
-  dir: string;
-  envFile: string;
-  unitName: string;
-  unitFile: string | null;
-  /** Who the agent runs as. */
-  runAs: string;
-}
-
-function layout(t: InstallTarget, f: HostFacts): Layout {
-  const unitName = `deckhand-agent-${t.name.replaceAll(':', '-')}.service`;
-  const expand = (p: string) => (p.startsWith('~/') ? `${f.home}/${p.slice(2)}` : p);
-  if (f.uid === 0 && f.systemd) {
-    const dir = expand(t.dir ?? `/var/lib/deckhand-agent/${t.name}`);
-    return {
-      mode: 'system',
-      dir,
-      envFile: `/etc/deckhand/agent-${t.name}.env`,
-      unitName,
-      unitFile: `/etc/systemd/system/${unitName}`,
-      runAs: 'deckhand',
-    };
-  }
-  const dir = expand(
-    t.dir ?? (f.uid === 0 ? `/var/lib/deckhand-agent/${t.name}` : `${f.home}/.deckhand-agent/${t.name}`),
-  );
-  if (f.uid !== 0 && f.userSystemd) {
-    return {
-      mode: 'user',
-      dir,
-      envFile: `${dir}/agent.env`,
-      unitName,
-      unitFile: `${f.home}/.config/systemd/user/${unitName}`,
-      runAs: f.user,
-    };
-  }
-  return { mode: 'nohup', dir, envFile: `${dir}/agent.env`, unitName, unitFile: null, runAs: f.user };
-}
-
-/**
- * The systemd unit: restarted whenever it exits (a self-update exits to be started again with
- * the new file), never after exit 2 (refused for good); SIGTERM first.
- */
-export function unitText(l: Pick<Layout, 'mode' | 'dir' | 'envFile'>, node: string, name: string): string {
-  const lines = [
-    `# Deckhand agent ${name}, written by 'deckhand agents install'.`,
-    '[Unit]',
-    `Description=Deckhand agent ${name}`,
-    'After=network-online.target',
-    'Wants=network-online.target',
-    '',
-    '[Service]',
-    'Type=simple',
-  ];
-  if (l.mode === 'system') lines.push('User=deckhand', 'Group=deckhand');
-  lines.push(
-    `EnvironmentFile=${l.envFile}`,
-    `WorkingDirectory=${l.dir}`,
-    `ExecStart=${node} ${l.dir}/deckhand-agent.js`,
-    'Restart=always',
-    'RestartSec=5',
-    '# Exit 2: the token was refused or the protocol differs; restarting will not help.',
-    'RestartPreventExitStatus=2',
-    '# SIGTERM lets the agent stop running commands (their process groups) before it exits.',
-    'KillMode=mixed',
-    'TimeoutStopSec=30',
-  );
-  if (l.mode === 'system') lines.push('NoNewPrivileges=true', 'PrivateTmp=true');
-  lines.push('', '[Install]', `WantedBy=${l.mode === 'system' ? 'multi-user.target' : 'default.target'}`, '');
-  return lines.join('\n');
-}
-
-async function writeRemote(remote: Remote, file: string, content: Buffer, mode: string): Promise<void> {
-  const dir = path.posix.dirname(file);
-  const r = await remote.run(
-    `set -e; umask 077; mkdir -p ${q(dir)}; tmp=${q(file)}.tmp-$$; cat > "$tmp"; chmod ${mode} "$tmp"; mv -f "$tmp" ${q(file)}`,
-    content,
-  );
-  if (r.code !== 0) throw hostError(`Could not write ${file} on the host: ${r.stderr.trim()}`);
-}
-
-async function must(remote: Remote, what: string, script: string): Promise<string> {
-  const r = await remote.run(script);
-  if (r.code !== 0)
-    throw hostError(
-      `${what} failed (exit ${r.code}): ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join(' | ')}`,
-    );
-  return r.stdout;
 }
 
 const defaultSleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -623,45 +301,6 @@ export async function installAgent(
 
 function lastLines(text: string, n: number): string {
   return text.trim().split('\n').slice(-n).join(' | ');
-}
-
-/** The unit's last journal lines, for a person to read what went wrong. */
-async function journalTail(remote: Remote, l: Layout): Promise<string> {
-  const user = l.mode === 'user' ? '--user ' : '';
-  const r = await remote.run(`journalctl ${user}-u ${q(l.unitName)} -n 20 --no-pager 2>&1`);
-  return `Its log (journalctl ${user}-u ${l.unitName}):\n${r.stdout.trim() || '(empty)'}`;
-}
-
-function unitAdvice(l: Layout): string {
-  const ctl = l.mode === 'user' ? 'systemctl --user' : 'systemctl';
-  return `Fix what the log says (see also: ${ctl} status ${l.unitName}; the files stay in ${l.unitFile} and ${l.dir}), then run the installation again.`;
-}
-
-/**
- * After a failure, stops what was started: its registration is about to be removed, so it could
- * only be refused, and a unit would do so again at every boot.
- */
-async function stopStarted(remote: Remote, l: Layout, say: (line: string) => void): Promise<void> {
-  if (l.mode === 'nohup') {
-    await remote.run(`cd ${q(l.dir)} && [ -f agent.pid ] && kill -TERM "$(cat agent.pid)" 2>/dev/null`);
-    return;
-  }
-  const ctl = l.mode === 'system' ? 'systemctl' : 'systemctl --user';
-  const r = await remote.run(`${ctl} disable --now ${q(l.unitName)} 2>&1`);
-  if (r.code === 0) say(`Stopped and disabled ${l.unitName}.`);
-}
-
-/** nohup mode: starts the agent in the background unless it runs already; its pid in agent.pid. */
-function startScript(name: string, l: Layout, node: string): string {
-  return `#!/bin/sh
-# Starts the Deckhand agent ${name} in the background (written by 'deckhand agents install').
-cd ${q(l.dir)} || exit 1
-if [ -f agent.pid ] && kill -0 "$(cat agent.pid)" 2>/dev/null; then echo "already running (pid $(cat agent.pid))"; exit 0; fi
-set -a; . ${q(l.envFile)}; set +a
-setsid nohup ${q(node)} ${q(`${l.dir}/deckhand-agent.js`)} >> agent.log 2>&1 < /dev/null &
-echo $! > agent.pid
-echo "started (pid $!)"
-`;
 }
 
 /** -1, 0 or 1 as version `a` is older than, the same as, or newer than `b` (major.minor.patch; a pre-release is older). */
