@@ -5,6 +5,7 @@ import ssh2 from 'ssh2';
 import type { EntityManager, MikroORM } from '@mikro-orm/postgresql';
 import { UniqueConstraintViolationException } from '@mikro-orm/postgresql';
 import { recordAudit } from '../audit/audit.service.ts';
+import { ed25519KeyPair } from '../ssh/ed25519-key.ts';
 import type { Actor } from '../common/actor.ts';
 import type { SecretBox } from '../common/crypto.ts';
 import { BadRequestError, ConflictError, NotFoundError } from '../common/errors.ts';
@@ -344,7 +345,7 @@ export class ProjectService {
   }
 
   #newDeployKey(): { deployKeyPublic: string; deployKeyPrivateEncrypted: string } {
-    const pair = sshUtils.generateKeyPairSync('ed25519', { comment: 'deckhand deploy key' });
+    const pair = ed25519KeyPair('deckhand deploy key');
     return { deployKeyPublic: pair.public, deployKeyPrivateEncrypted: this.#box.encrypt(pair.private) };
   }
 
