@@ -4,22 +4,21 @@
 // box or on the page) stops it, and ticking it again jumps to the newest line. And when the live
 // stream drops, the page says so, and the browser's reconnect resumes without gaps or repeats.
 // Screenshots: test/.screenshots/deployment-follow-*.png.
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningAgent, startAgent } from '../helpers/agents.ts';
-import { launchBrowser, screenshot, type TestBrowser } from '../helpers/browser.ts';
-import { type Client, signUp, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
-import { createTestRepo, type TestRepo } from '../helpers/git.ts';
+import { screenshot, type TestBrowser } from '../helpers/browser.ts';
+import type { Client, TestCoordinator } from '../helpers/coordinator.ts';
+import { type DeploymentBrowser, startDeploymentBrowser } from '../helpers/deployment-browser.ts';
+import type { TestRepo } from '../helpers/git.ts';
 
 const PASSWORD = 'correct horse battery staple';
 
+let stack: DeploymentBrowser | undefined;
 let coord: TestCoordinator;
 let admin: Client;
 let repo: TestRepo;
-let agent: RunningAgent;
 let browser: TestBrowser;
 let gates: string;
 
@@ -82,31 +81,12 @@ async function moreTicks(page: Page, n: number): Promise<void> {
 const following = (page: Page) => page.locator('#follow').isChecked();
 
 beforeAll(async () => {
-  coord = await startCoordinator({ AGENT_HEARTBEAT_MS: '500', SCHEDULER_INTERVAL_MS: '200' });
-  const account = await signUp(coord.url, 'admin@example.com', PASSWORD);
-  admin = account.client;
-  repo = await createTestRepo();
-  await repo.commit({ 'app.txt': 'version 1\n' }, 'first');
-  gates = await mkdtemp(join(tmpdir(), 'deckhand-gates-'));
-  const res = await admin.post('/agents', { name: 'web-1', labels: ['web'] });
-  expect(res.status).toBe(201);
-  agent = await startAgent(coord.url, res.json.token);
-  browser = await launchBrowser();
-  const page = await browser.newPage();
-  await page.goto(`${coord.url}/login`);
-  await page.getByLabel('Email').fill(account.email);
-  await page.getByLabel('Password').fill(PASSWORD);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.waitForURL(`${coord.url}/`);
-  await page.close();
+  stack = await startDeploymentBrowser(PASSWORD);
+  ({ coord, admin, repo, browser, gates } = stack);
 }, 60_000);
 
 afterAll(async () => {
-  await browser?.close();
-  await agent?.stop();
-  await coord?.close();
-  await repo?.remove();
-  if (gates) await rm(gates, { recursive: true, force: true });
+  await stack?.close();
 }, 60_000);
 
 describe('following the output', () => {

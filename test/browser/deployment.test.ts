@@ -5,23 +5,29 @@
 // only where a rollback is possible, the page read by keyboard and screen reader, and a phone in
 // dark mode. Following the output and a lost stream: deployment-follow.test.ts.
 // Screenshots: test/.screenshots/deployment-*.png.
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningAgent, startAgent } from '../helpers/agents.ts';
-import { launchBrowser, screenshot, type TestBrowser } from '../helpers/browser.ts';
-import { type Client, signUp, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
-import { createTestRepo, type TestRepo } from '../helpers/git.ts';
+import {
+  horizontalOverflow,
+  launchBrowser,
+  PHONE_DARK,
+  screenshot,
+  signIn,
+  type TestBrowser,
+} from '../helpers/browser.ts';
+import type { Client, TestCoordinator } from '../helpers/coordinator.ts';
+import { type DeploymentBrowser, startDeploymentBrowser } from '../helpers/deployment-browser.ts';
+import type { TestRepo } from '../helpers/git.ts';
 
 const PASSWORD = 'correct horse battery staple';
 
+let stack: DeploymentBrowser | undefined;
 let coord: TestCoordinator;
 let admin: Client;
 let email: string;
 let repo: TestRepo;
-let agent: RunningAgent;
 let browser: TestBrowser;
 let gates: string;
 
@@ -68,43 +74,19 @@ async function waitFinished(id: string): Promise<string> {
   return status;
 }
 
-async function signIn(page: Page): Promise<void> {
-  await page.goto(`${coord.url}/login`);
-  await page.getByLabel('Email').fill(email);
-  await page.getByLabel('Password').fill(PASSWORD);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.waitForURL(`${coord.url}/`);
-}
-
 /** Deployments kept for the screenshots at phone width. */
 const shown: Record<string, string> = {};
 /** A command's output containing `text` (not the command line itself). */
 const output = (page: Page, text: string) => page.locator('pre.log', { hasText: text }).first();
 
 beforeAll(async () => {
-  coord = await startCoordinator({ AGENT_HEARTBEAT_MS: '500', SCHEDULER_INTERVAL_MS: '200' });
-  const account = await signUp(coord.url, 'admin@example.com', PASSWORD);
-  admin = account.client;
-  email = account.email;
-  repo = await createTestRepo();
-  await repo.commit({ 'app.txt': 'version 1\n' }, 'first');
-  gates = await mkdtemp(join(tmpdir(), 'deckhand-gates-'));
-  const res = await admin.post('/agents', { name: 'web-1', labels: ['web'] });
-  expect(res.status).toBe(201);
-  agent = await startAgent(coord.url, res.json.token);
-  browser = await launchBrowser();
-  // Sign in through the form once; the browser profile keeps the session for every page.
-  const page = await browser.newPage();
-  await signIn(page);
-  await page.close();
+  // Signed in through the form once; the browser profile keeps the session for every page.
+  stack = await startDeploymentBrowser(PASSWORD);
+  ({ coord, admin, email, repo, browser, gates } = stack);
 }, 60_000);
 
 afterAll(async () => {
-  await browser?.close();
-  await agent?.stop();
-  await coord?.close();
-  await repo?.remove();
-  if (gates) await rm(gates, { recursive: true, force: true });
+  await stack?.close();
 }, 60_000);
 
 describe('the deployment page', () => {
@@ -376,10 +358,10 @@ describe('Roll back to this release', () => {
 
 describe('on a phone in dark mode', () => {
   it('every state fits the screen: nothing wider than it', async () => {
-    const phone = await launchBrowser({ colorScheme: 'dark', viewport: { width: 390, height: 844 } });
+    const phone = await launchBrowser(PHONE_DARK);
     try {
       const page = await phone.newPage();
-      await signIn(page);
+      await signIn(page, coord.url, email, PASSWORD);
       const queued = await deploy(shown.unplaced!);
       const running = await deploy(
         await project('phone', [
@@ -397,8 +379,7 @@ describe('on a phone in dark mode', () => {
       ] as const) {
         await page.goto(`${coord.url}/deploy/${id}`);
         await screenshot(page, name);
-        const overflow = await page.evaluate('document.documentElement.scrollWidth - window.innerWidth');
-        expect(overflow, name).toBeLessThanOrEqual(0);
+        expect(await horizontalOverflow(page), name).toBeLessThanOrEqual(0);
       }
       await writeFile(join(gates, 'phone'), '');
       expect((await admin.post(`/deploy/${queued}/cancel`)).status).toBe(200);

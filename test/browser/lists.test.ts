@@ -8,7 +8,15 @@
 import { randomBytes } from 'node:crypto';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { launchBrowser, screenshot, type TestBrowser } from '../helpers/browser.ts';
+import {
+  horizontalOverflow,
+  launchBrowser,
+  PHONE_DARK,
+  registerAdmin,
+  screenshot,
+  signIn,
+  type TestBrowser,
+} from '../helpers/browser.ts';
 import { Client, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
 import { sql } from '../helpers/sql.ts';
 
@@ -26,14 +34,6 @@ const made: Record<string, string> = {};
 const commits: Record<string, string> = {};
 
 const sha = () => randomBytes(20).toString('hex');
-
-async function signIn(p: Page, email: string, password: string) {
-  await p.goto(`${coord.url}/login`);
-  await p.getByLabel('Email').fill(email);
-  await p.getByLabel('Password').fill(password);
-  await p.getByRole('button', { name: 'Sign in' }).click();
-  await p.waitForURL(`${coord.url}/`);
-}
 
 async function createProject(name: string): Promise<string> {
   const res = await admin.post('/projects', {
@@ -89,11 +89,7 @@ beforeAll(async () => {
   coord = await startCoordinator({ SCHEDULER_INTERVAL_MS: '200' });
   browser = await launchBrowser();
   page = await browser.newPage();
-  await page.goto(`${coord.url}/register`);
-  await page.getByLabel('Email').fill(ADMIN);
-  await page.getByLabel('Password').fill(PASSWORD);
-  await page.getByRole('button', { name: 'Create the admin account' }).click();
-  await page.waitForURL(`${coord.url}/`);
+  await registerAdmin(page, coord.url, ADMIN, PASSWORD);
   admin = new Client(coord.url);
   expect((await admin.post('/login', { email: ADMIN, password: PASSWORD })).status).toBe(200);
 }, 60_000);
@@ -354,7 +350,7 @@ describe('the audit log pages', () => {
     const other = await launchBrowser();
     try {
       const p = await other.newPage();
-      await signIn(p, VIEWER, PASSWORD);
+      await signIn(p, coord.url, VIEWER, PASSWORD);
       expect(
         await p.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Audit log' }).count(),
       ).toBe(0);
@@ -384,10 +380,10 @@ describe('on a phone and in dark mode', () => {
       json: { branch_name: 'release/2026-q4-hotfix-for-the-checkout' },
     });
     await deploy(long);
-    const phone = await launchBrowser({ colorScheme: 'dark', viewport: { width: 390, height: 844 } });
+    const phone = await launchBrowser(PHONE_DARK);
     try {
       const p = await phone.newPage();
-      await signIn(p, ADMIN, PASSWORD);
+      await signIn(p, coord.url, ADMIN, PASSWORD);
       for (const [path, name] of [
         ['/deployments', 'lists-deployments-phone-dark'],
         [
@@ -399,8 +395,7 @@ describe('on a phone and in dark mode', () => {
       ] as const) {
         await p.goto(coord.url + path);
         await screenshot(p, name);
-        const overflow = await p.evaluate('document.documentElement.scrollWidth - window.innerWidth');
-        expect(overflow, path).toBeLessThanOrEqual(0);
+        expect(await horizontalOverflow(p), path).toBeLessThanOrEqual(0);
         // Not even inside a scrolling table: the columns a phone cannot fit are left out.
         const tableOverflow = await p.evaluate(
           'Math.max(0, ...[...document.querySelectorAll(".table-wrap")].map((w) => w.scrollWidth - w.clientWidth))',
@@ -417,7 +412,7 @@ describe('on a phone and in dark mode', () => {
     const dark = await launchBrowser({ colorScheme: 'dark' });
     try {
       const p = await dark.newPage();
-      await signIn(p, ADMIN, PASSWORD);
+      await signIn(p, coord.url, ADMIN, PASSWORD);
       await p.goto(`${coord.url}/deployments?project_id=${projects.alpha}`);
       await screenshot(p, 'lists-deployments-dark');
       // The badges keep their dark-mode colours (not the light ones).

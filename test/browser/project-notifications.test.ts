@@ -8,7 +8,14 @@
 // screen. Screenshots: test/.screenshots/notifications-*.png.
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { launchBrowser, screenshot, type TestBrowser } from '../helpers/browser.ts';
+import {
+  horizontalOverflow,
+  launchBrowser,
+  PHONE_DARK,
+  screenshot,
+  signIn,
+  type TestBrowser,
+} from '../helpers/browser.ts';
 import { Client, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
 import { startHttpReceiver, type HttpReceiver } from '../helpers/http-receiver.ts';
 import { endDeployment, eventually, FAST_NOTIFY, markRunning } from '../helpers/notifications.ts';
@@ -28,14 +35,6 @@ let hook: { id: string; url: string };
 let quietHookId: string;
 let signingSecret: string;
 let deployId: string;
-
-async function signIn(p: Page) {
-  await p.goto(`${coord.url}/login`);
-  await p.getByLabel('Email').fill(ADMIN);
-  await p.getByLabel('Password').fill(PASSWORD);
-  await p.getByRole('button', { name: 'Sign in' }).click();
-  await p.waitForURL(`${coord.url}/`);
-}
 
 async function createProject(name: string, extra: Record<string, unknown> = {}): Promise<string> {
   const res = await admin.post('/projects', {
@@ -114,7 +113,7 @@ beforeAll(async () => {
 
   browser = await launchBrowser();
   page = await browser.newPage();
-  await signIn(page);
+  await signIn(page, coord.url, ADMIN, PASSWORD);
 }, 60_000);
 
 afterAll(async () => {
@@ -229,10 +228,10 @@ describe('notifications in the browser', () => {
   });
 
   it('fits a phone (390×844, dark): nothing wider than the screen', async () => {
-    const phone = await launchBrowser({ colorScheme: 'dark', viewport: { width: 390, height: 844 } });
+    const phone = await launchBrowser(PHONE_DARK);
     try {
       const p = await phone.newPage();
-      await signIn(p);
+      await signIn(p, coord.url, ADMIN, PASSWORD);
       for (const [path, name] of [
         [`/projects/${projectId}/notifications`, 'notifications-history-phone-dark'],
         [`/projects/${projectId}/hooks/${hook.id}/deliveries`, 'notifications-hook-deliveries-phone-dark'],
@@ -240,8 +239,7 @@ describe('notifications in the browser', () => {
       ] as const) {
         await p.goto(coord.url + path);
         await screenshot(p, name);
-        const overflow = await p.evaluate('document.documentElement.scrollWidth - window.innerWidth');
-        expect(overflow, path).toBeLessThanOrEqual(0);
+        expect(await horizontalOverflow(p), path).toBeLessThanOrEqual(0);
         const wider = await p.evaluate(
           `[...document.querySelectorAll('main *')].filter((e) => e.getBoundingClientRect().right > window.innerWidth + 0.5).map((e) => e.tagName + '.' + e.className)`,
         );

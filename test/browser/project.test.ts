@@ -15,7 +15,15 @@ import type { Page } from 'playwright-core';
 import { utils as sshUtils } from 'ssh2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningAgent, startAgent } from '../helpers/agents.ts';
-import { launchBrowser, screenshot, type TestBrowser } from '../helpers/browser.ts';
+import {
+  horizontalOverflow,
+  launchBrowser,
+  PHONE_DARK,
+  registerAdmin,
+  screenshot,
+  signIn,
+  type TestBrowser,
+} from '../helpers/browser.ts';
 import { Client, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
 import { createTestRepo, type TestRepo } from '../helpers/git.ts';
 import { storedSecrets } from '../helpers/projects.ts';
@@ -35,14 +43,6 @@ let browser: TestBrowser;
 let page: Page;
 let projectId: string;
 const commits: string[] = [];
-
-async function signIn(p: Page, email: string, password: string) {
-  await p.goto(`${coord.url}/login`);
-  await p.getByLabel('Email').fill(email);
-  await p.getByLabel('Password').fill(password);
-  await p.getByRole('button', { name: 'Sign in' }).click();
-  await p.waitForURL(`${coord.url}/`);
-}
 
 const badgeOf = (p: Page, id: string) =>
   p
@@ -73,11 +73,7 @@ beforeAll(async () => {
   browser = await launchBrowser();
   page = await browser.newPage();
   page.on('dialog', (d) => void d.accept());
-  await page.goto(`${coord.url}/register`);
-  await page.getByLabel('Email').fill(ADMIN);
-  await page.getByLabel('Password').fill(PASSWORD);
-  await page.getByRole('button', { name: 'Create the admin account' }).click();
-  await page.waitForURL(`${coord.url}/`);
+  await registerAdmin(page, coord.url, ADMIN, PASSWORD);
   admin = new Client(coord.url);
   const res = await admin.post('/login', { email: ADMIN, password: PASSWORD });
   expect(res.status, res.text).toBe(200);
@@ -357,10 +353,10 @@ describe('the project page', () => {
   });
 
   it('fits a phone in dark mode: nothing wider than the screen', async () => {
-    const phone = await launchBrowser({ colorScheme: 'dark', viewport: { width: 390, height: 844 } });
+    const phone = await launchBrowser(PHONE_DARK);
     try {
       const p = await phone.newPage();
-      await signIn(p, ADMIN, PASSWORD);
+      await signIn(p, coord.url, ADMIN, PASSWORD);
       for (const [path, name] of [
         [`/projects/${projectId}`, 'project-phone-dark'],
         [`/projects/${projectId}/settings`, 'project-settings-phone-dark'],
@@ -368,8 +364,7 @@ describe('the project page', () => {
       ] as const) {
         await p.goto(coord.url + path);
         await screenshot(p, name);
-        const overflow = await p.evaluate('document.documentElement.scrollWidth - window.innerWidth');
-        expect(overflow, path).toBeLessThanOrEqual(0);
+        expect(await horizontalOverflow(p), path).toBeLessThanOrEqual(0);
       }
       expect(phone.errors).toEqual([]);
     } finally {
@@ -552,7 +547,7 @@ describe('narrower roles', () => {
     const reg = await new Client(coord.url).post('/register', { email, password: PASSWORD, invitation });
     expect(reg.status, reg.text).toBe(201);
     const b = await launchBrowser();
-    await signIn(await b.newPage(), email, PASSWORD);
+    await signIn(await b.newPage(), coord.url, email, PASSWORD);
     return b;
   }
 

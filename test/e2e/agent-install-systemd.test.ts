@@ -8,23 +8,25 @@
 // updates itself (which needs a folder it can write). Failures show the unit's journal and say what
 // to do. The user `deckhand` is real (created by the installer, removed afterwards when this test
 // created it), and so are the files in /etc and /var/lib, removed afterwards too.
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { chmod, copyFile, mkdir, mkdtemp, readdir, rm, rmdir, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
-import { utils as sshUtils } from 'ssh2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Client, signUp, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
+import { registeredAgents } from '../helpers/agents.ts';
+import type { Client, TestCoordinator } from '../helpers/coordinator.ts';
 import { createTestRepo, type TestRepo } from '../helpers/git.ts';
-import { freePort, repoRoot } from '../helpers/processes.ts';
-import { startSshd, type TestSshd } from '../helpers/sshd.ts';
+import { type InstallHost, runAgentsCommand, startInstallHost } from '../helpers/installer.ts';
+import { freePort } from '../helpers/processes.ts';
+import type { TestSshd } from '../helpers/sshd.ts';
 
 const exec = promisify(execFile);
 const SYSTEM_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
+let host: InstallHost | undefined;
 let coordinator: TestCoordinator | undefined;
 let admin: Client;
 let apiToken: string;
@@ -120,27 +122,7 @@ while :; do
 done
 `;
 
-function runInstall(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const env: NodeJS.ProcessEnv = {
-      ...process.env,
-      DECKHAND_URL: coordinator!.url,
-      DECKHAND_TOKEN: apiToken,
-      CI: 'true',
-    };
-    delete env.SSH_AUTH_SOCK;
-    const child = spawn(process.execPath, ['cli/bin/deckhand.js', 'agents', 'install', ...args], {
-      cwd: repoRoot,
-      env,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('exit', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+const runInstall = (args: string[]) => runAgentsCommand('install', args, coordinator!.url, apiToken);
 
 const installArgs = (name: string, wait = 30) => [
   '--host',
@@ -183,13 +165,7 @@ async function uidOf(user: string): Promise<number | null> {
   );
 }
 
-async function agents(): Promise<
-  Array<{ id: string; name: string; online: boolean; version: string | null; labels: string[] }>
-> {
-  const res = await admin.get('/agents');
-  expect(res.status).toBe(200);
-  return res.json.agents;
-}
+const agents = () => registeredAgents(admin);
 
 async function until<T>(what: string, check: () => Promise<T | undefined>, ms = 30_000): Promise<T> {
   const deadline = Date.now() + ms;
@@ -273,22 +249,11 @@ tail -n "$lines" "${state}/$unit.journal"
     await writeFile(join(fakeBin, name), text, { mode: 0o755 });
   }
 
-  const pair = sshUtils.generateKeyPairSync('ed25519', { comment: 'deckhand-installer-systemd-test' });
-  keyFile = join(tmp, 'id_ed25519');
-  await writeFile(keyFile, pair.private, { mode: 0o600 });
-  sshd = await startSshd({
-    authorizedKeys: [pair.public],
+  host = await startInstallHost(tmp, {
+    keyComment: 'deckhand-installer-systemd-test',
     extraConfig: [`SetEnv PATH=${fakeBin}:${SYSTEM_PATH}`],
   });
-  const pub = join(tmp, 'host.pub');
-  await writeFile(pub, `${sshd.hostKeyLine.split(' ').slice(1).join(' ')}\n`);
-  fingerprint = (await exec('ssh-keygen', ['-l', '-E', 'sha256', '-f', pub])).stdout.split(' ')[1]!;
-
-  coordinator = await startCoordinator({ SCHEDULER_INTERVAL_MS: '200', AGENT_HEARTBEAT_MS: '1000' });
-  ({ client: admin } = await signUp(coordinator.url));
-  const token = await admin.post('/tokens', { name: 'installer', scope: 'admin' });
-  expect(token.status, token.text).toBe(201);
-  apiToken = token.json.token;
+  ({ coordinator, admin, apiToken, sshd, keyFile, fingerprint } = host);
   repo = await createTestRepo();
   await chmod(dirname(repo.url), 0o755);
   await repo.commit({ 'app.txt': 'installed as a unit\n' }, 'first');
@@ -307,8 +272,7 @@ afterAll(async () => {
   if (!deckhandExisted && (await uidOf('deckhand')) !== null) {
     await exec('userdel', ['--remove', 'deckhand']).catch(() => undefined);
   }
-  await coordinator?.close();
-  await sshd?.stop();
+  await host?.close();
   await repo?.remove();
   await rm(tmp, { recursive: true, force: true });
 }, 60_000);

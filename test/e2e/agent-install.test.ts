@@ -2,23 +2,25 @@
 // a host key nobody confirmed, says when Node is too old, and otherwise uploads the agent as one
 // file (served by the coordinator, built on demand), registers it, starts it — no systemd here,
 // so with nohup — and waits until it is online; the installed agent then runs a deployment.
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { utils as sshUtils } from 'ssh2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentBundle } from '../../coordinator/src/modules/agent-bundle/agent-bundle.ts';
-import { type Client, signUp, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
+import { registeredAgents } from '../helpers/agents.ts';
+import type { Client, TestCoordinator } from '../helpers/coordinator.ts';
 import { createTestRepo, type TestRepo } from '../helpers/git.ts';
+import { type InstallHost, runAgentsCommand, startInstallHost } from '../helpers/installer.ts';
 import { repoRoot } from '../helpers/processes.ts';
-import { startSshd, type TestSshd } from '../helpers/sshd.ts';
+import { rsaHostKey, type TestSshd } from '../helpers/sshd.ts';
 
 const exec = promisify(execFile);
 
+let host: InstallHost | undefined;
 let coordinator: TestCoordinator | undefined;
 let admin: Client;
 let apiToken: string;
@@ -33,30 +35,8 @@ const installed: string[] = [];
 /** The agent the install test put on the host, for the upgrade test. */
 let installedAgent: { name: string; dir: string } | undefined;
 
-function runInstall(
-  args: string[],
-  sub: 'install' | 'upgrade' = 'install',
-): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const env: NodeJS.ProcessEnv = {
-      ...process.env,
-      DECKHAND_URL: coordinator!.url,
-      DECKHAND_TOKEN: apiToken,
-      CI: 'true',
-    };
-    delete env.SSH_AUTH_SOCK;
-    const child = spawn(process.execPath, ['cli/bin/deckhand.js', 'agents', sub, ...args], {
-      cwd: repoRoot,
-      env,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('exit', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+const runInstall = (args: string[], sub: 'install' | 'upgrade' = 'install') =>
+  runAgentsCommand(sub, args, coordinator!.url, apiToken);
 
 const baseArgs = (name: string, dir: string) => [
   '--host',
@@ -77,34 +57,18 @@ const baseArgs = (name: string, dir: string) => [
   '30',
 ];
 
-async function agents(): Promise<
-  Array<{ id: string; name: string; online: boolean; version: string | null; labels: string[] }>
-> {
-  const res = await admin.get('/agents');
-  expect(res.status).toBe(200);
-  return res.json.agents;
-}
+const agents = () => registeredAgents(admin);
 
 beforeAll(async () => {
   tmp = await mkdtemp(join(tmpdir(), 'deckhand-install-'));
-  const pair = sshUtils.generateKeyPairSync('ed25519', { comment: 'deckhand-installer-test' });
-  keyFile = join(tmp, 'id_ed25519');
-  await writeFile(keyFile, pair.private, { mode: 0o600 });
   // A second host key (RSA): the upgrade test pins that one.
-  const rsaKey = join(tmp, 'ssh_host_rsa_key');
-  await exec('ssh-keygen', ['-q', '-t', 'rsa', '-b', '2048', '-N', '', '-f', rsaKey]);
-  rsaFingerprint = (await exec('ssh-keygen', ['-l', '-E', 'sha256', '-f', `${rsaKey}.pub`])).stdout.split(
-    ' ',
-  )[1]!;
-  sshd = await startSshd({ authorizedKeys: [pair.public], extraConfig: [`HostKey ${rsaKey}`] });
-  const pub = join(tmp, 'host.pub');
-  await writeFile(pub, `${sshd.hostKeyLine.split(' ').slice(1).join(' ')}\n`);
-  fingerprint = (await exec('ssh-keygen', ['-l', '-E', 'sha256', '-f', pub])).stdout.split(' ')[1]!;
-  coordinator = await startCoordinator({ SCHEDULER_INTERVAL_MS: '200', AGENT_HEARTBEAT_MS: '1000' });
-  ({ client: admin } = await signUp(coordinator.url));
-  const token = await admin.post('/tokens', { name: 'installer', scope: 'admin' });
-  expect(token.status, token.text).toBe(201);
-  apiToken = token.json.token;
+  const rsa = await rsaHostKey(tmp);
+  rsaFingerprint = rsa.fingerprint;
+  host = await startInstallHost(tmp, {
+    keyComment: 'deckhand-installer-test',
+    extraConfig: [`HostKey ${rsa.file}`],
+  });
+  ({ coordinator, admin, apiToken, sshd, keyFile, fingerprint } = host);
   repo = await createTestRepo();
   await repo.commit({ 'app.txt': 'installed agent\n' }, 'first');
 });
@@ -121,8 +85,7 @@ afterAll(async () => {
     }
   }
   await new Promise((r) => setTimeout(r, 500));
-  await coordinator?.close();
-  await sshd?.stop();
+  await host?.close();
   await repo?.remove();
   await rm(tmp, { recursive: true, force: true });
 }, 30_000);

@@ -4,21 +4,18 @@
 // releases — and ends it with a clear reason when the host key is not the pinned one, the key is
 // refused, nothing listens, or the connection drops. Cancels and command timeouts kill the whole
 // remote process group, checked on this machine (which is the host).
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readlinkSync, readdirSync, readFileSync } from 'node:fs';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { utils as sshUtils } from 'ssh2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Client, signUp, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
 import { createTestRepo, type TestRepo } from '../helpers/git.ts';
-import { startSshd, type TestSshd } from '../helpers/sshd.ts';
+import { hostKeyFingerprint, processesWith, rsaHostKey, startSshd, type TestSshd } from '../helpers/sshd.ts';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts';
 
-const exec = promisify(execFile);
 const FINAL = ['success', 'failed', 'cancelled', 'timed_out'];
 const LEASE_MS = 1_500;
 
@@ -108,16 +105,6 @@ async function sshProject(
   return { id: res.json.project.id as string, name };
 }
 
-/** Processes on this machine (the SSH host) whose command line is exactly `args`. */
-async function processesWith(args: string): Promise<string[]> {
-  const { stdout } = await exec('ps', ['-eo', 'pid=,stat=,args=']);
-  return stdout
-    .split('\n')
-    .map((l) => l.trim().split(/\s+/))
-    .filter(([, stat, ...rest]) => rest.join(' ') === args && !stat!.startsWith('Z'))
-    .map((f) => f.join(' '));
-}
-
 async function noProcessesLeft(text: string, timeoutMs = 5_000): Promise<string[]> {
   const deadline = Date.now() + timeoutMs;
   let left = await processesWith(text);
@@ -138,20 +125,15 @@ beforeAll(async () => {
   const pair = sshUtils.generateKeyPairSync('ed25519', { comment: 'deckhand-test-target' });
   privateKey = pair.private;
   // A second host key, RSA: a pin may name any key the host holds.
-  const rsaKey = join(keyDir, 'ssh_host_rsa_key');
-  await exec('ssh-keygen', ['-q', '-t', 'rsa', '-b', '2048', '-N', '', '-f', rsaKey]);
-  rsaFingerprint = (await exec('ssh-keygen', ['-l', '-E', 'sha256', '-f', `${rsaKey}.pub`])).stdout.split(
-    ' ',
-  )[1]!;
+  const rsa = await rsaHostKey(keyDir);
+  rsaFingerprint = rsa.fingerprint;
   // Where projects go on the host: the host's sshd says so, as an admin may set it.
   sshd = await startSshd({
     authorizedKeys: [pair.public],
-    extraConfig: [`SetEnv DECKHAND_WORK_DIR=${workDir}`, `HostKey ${rsaKey}`],
+    extraConfig: [`SetEnv DECKHAND_WORK_DIR=${workDir}`, `HostKey ${rsa.file}`],
   });
   // The fingerprint as OpenSSH computes it, independently of Deckhand's own code.
-  const pub = join(keyDir, 'host.pub');
-  await writeFile(pub, `${sshd.hostKeyLine.split(' ').slice(1).join(' ')}\n`);
-  fingerprint = (await exec('ssh-keygen', ['-l', '-E', 'sha256', '-f', pub])).stdout.split(' ')[1]!;
+  fingerprint = await hostKeyFingerprint(sshd, keyDir);
   expect(fingerprint).toMatch(/^SHA256:[A-Za-z0-9+/]{43}$/);
   proxy = await startTcpProxy(sshd.port);
   // A short lease: the runner must renew the leases of the SSH jobs it holds (there is no agent

@@ -2,21 +2,18 @@
 // sshd as the host): the host stops the command's whole process group as the connection dies,
 // and the restarted coordinator ends the job `failed` (coordinator lost) once the lease and the
 // start-up grace have run out — nothing stays `running`. The next deployment runs normally.
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { utils as sshUtils } from 'ssh2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Client, signUp } from '../helpers/coordinator.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import { createTestRepo, type TestRepo } from '../helpers/git.ts';
 import { type CoordinatorProcess, startCoordinatorProcess } from '../helpers/processes.ts';
-import { startSshd, type TestSshd } from '../helpers/sshd.ts';
+import { hostKeyFingerprint, processesWith, startSshd, type TestSshd } from '../helpers/sshd.ts';
 
-const exec = promisify(execFile);
 const LEASE_MS = 1_500;
 const GRACE_MS = 500;
 
@@ -27,15 +24,6 @@ let sshd: TestSshd;
 let repo: TestRepo;
 let tmp: string;
 let projectId: string;
-
-async function processesWith(args: string): Promise<string[]> {
-  const { stdout } = await exec('ps', ['-eo', 'pid=,stat=,args=']);
-  return stdout
-    .split('\n')
-    .map((l) => l.trim().split(/\s+/))
-    .filter(([, stat, ...rest]) => rest.join(' ') === args && !stat!.startsWith('Z'))
-    .map((f) => f.join(' '));
-}
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the deployment detail JSON
 async function waitFor(id: string, ok: (d: any) => boolean, what: string, timeoutMs = 30_000): Promise<any> {
@@ -54,9 +42,7 @@ beforeAll(async () => {
   tmp = await mkdtemp(join(tmpdir(), 'deckhand-ssh-kill-'));
   const pair = sshUtils.generateKeyPairSync('ed25519');
   sshd = await startSshd({ authorizedKeys: [pair.public], extraConfig: [`SetEnv DECKHAND_WORK_DIR=${tmp}`] });
-  const pub = join(tmp, 'host.pub');
-  await writeFile(pub, `${sshd.hostKeyLine.split(' ').slice(1).join(' ')}\n`);
-  const fingerprint = (await exec('ssh-keygen', ['-l', '-E', 'sha256', '-f', pub])).stdout.split(' ')[1]!;
+  const fingerprint = await hostKeyFingerprint(sshd, tmp);
   db = await createTestDatabase();
   coordinator = await startCoordinatorProcess({
     DATABASE_URL: db.url,

@@ -4,20 +4,17 @@
 // gone at the fourth) and fails the deployment saying so; the host, which is never told (sshd
 // without ClientAliveInterval notices nothing), stops the command because the step's heartbeats
 // stop. A host that accepts TCP but never speaks SSH fails the deployment at the connect timeout.
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { utils as sshUtils } from 'ssh2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Client, signUp, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
 import { createTestRepo, type TestRepo } from '../helpers/git.ts';
-import { startSshd, type TestSshd } from '../helpers/sshd.ts';
+import { hostKeyFingerprint, processesWith, startSshd, type TestSshd } from '../helpers/sshd.ts';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts';
 
-const exec = promisify(execFile);
 const FINAL = ['success', 'failed', 'cancelled', 'timed_out'];
 /** The coordinator's keepalive timeout (coordinator/src/modules/ssh: 5 s, three unanswered). */
 const SILENCE_MS = 20_000;
@@ -54,16 +51,6 @@ async function waitFor(
   }
 }
 
-/** Processes on this machine (the SSH host) whose command line is exactly `args`. */
-async function processesWith(args: string): Promise<string[]> {
-  const { stdout } = await exec('ps', ['-eo', 'pid=,stat=,args=']);
-  return stdout
-    .split('\n')
-    .map((l) => l.trim().split(/\s+/))
-    .filter(([, stat, ...rest]) => rest.join(' ') === args && !stat!.startsWith('Z'))
-    .map((f) => f.join(' '));
-}
-
 async function proxy(): Promise<TcpProxy> {
   const p = await startTcpProxy(sshd!.port);
   proxies.push(p);
@@ -98,9 +85,7 @@ beforeAll(async () => {
   privateKey = pair.private;
   // No ClientAliveInterval: like a stock sshd, the host learns of a silent drop from nobody.
   sshd = await startSshd({ authorizedKeys: [pair.public], extraConfig: [`SetEnv DECKHAND_WORK_DIR=${tmp}`] });
-  const pub = join(tmp, 'host.pub');
-  await writeFile(pub, `${sshd.hostKeyLine.split(' ').slice(1).join(' ')}\n`);
-  fingerprint = (await exec('ssh-keygen', ['-l', '-E', 'sha256', '-f', pub])).stdout.split(' ')[1]!;
+  fingerprint = await hostKeyFingerprint(sshd, tmp);
   coordinator = await startCoordinator({ SCHEDULER_INTERVAL_MS: '200' });
   ({ client: admin } = await signUp(coordinator.url));
   repo = await createTestRepo();

@@ -1,7 +1,10 @@
-// Real `deckhand-agent` processes for end-to-end tests, each with its own work folder.
+// Real `deckhand-agent` processes for end-to-end tests, each with its own work folder, and the
+// agents a coordinator has registered.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { expect } from 'vitest';
+import type { Client } from './coordinator.ts';
 import { type Spawned, spawnNode } from './processes.ts';
 
 export interface RunningAgent extends Spawned {
@@ -38,4 +41,13 @@ export async function startAgent(
       await rm(workDir, { recursive: true, force: true });
     },
   };
+}
+
+/** GET /agents as `client`, expecting 200: the agents registered. */
+export async function registeredAgents(
+  client: Client,
+): Promise<Array<{ id: string; name: string; online: boolean; version: string | null; labels: string[] }>> {
+  const res = await client.get('/agents');
+  expect(res.status).toBe(200);
+  return res.json.agents;
 }

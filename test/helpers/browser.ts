@@ -71,3 +71,34 @@ export async function screenshot(page: Page, name: string): Promise<void> {
   await mkdir(SCREENSHOTS, { recursive: true });
   await page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage: true });
 }
+
+/** A phone (390×844) in dark mode, for `launchBrowser(PHONE_DARK)`. */
+export const PHONE_DARK = { colorScheme: 'dark', viewport: { width: 390, height: 844 } } as const;
+
+/** Signs `page` in through the sign-in form at `base`/login; the profile keeps the session. */
+export async function signIn(page: Page, base: string, email: string, password: string): Promise<void> {
+  await page.goto(`${base}/login`);
+  await page.getByLabel('Email').fill(email);
+  await page.getByLabel('Password').fill(password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.waitForURL(`${base}/`);
+}
+
+/** Creates the first account (the admin) through the register form at `base`/register, signed in. */
+export async function registerAdmin(
+  page: Page,
+  base: string,
+  email: string,
+  password: string,
+): Promise<void> {
+  await page.goto(`${base}/register`);
+  await page.getByLabel('Email').fill(email);
+  await page.getByLabel('Password').fill(password);
+  await page.getByRole('button', { name: 'Create the admin account' }).click();
+  await page.waitForURL(`${base}/`);
+}
+
+/** How many pixels the page is wider than the window (0 or less: it fits). */
+export async function horizontalOverflow(page: Page): Promise<number> {
+  return page.evaluate<number>('document.documentElement.scrollWidth - window.innerWidth');
+}

@@ -214,3 +214,10 @@ export async function createProject(
   expect(res.status, res.text).toBe(201);
   return res;
 }
+
+/** Creates an API token as `client` (POST /tokens, expecting 201): the token itself. */
+export async function createApiToken(client: Client, name: string, scope: string): Promise<string> {
+  const res = await client.post('/tokens', { name, scope });
+  expect(res.status, res.text).toBe(201);
+  return res.json.token as string;
+}

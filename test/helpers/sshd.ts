@@ -1,6 +1,7 @@
 // A real OpenSSH server for tests: its own host key, config and authorized keys in a temp folder,
 // listening on a free loopback port, logging in as the user the tests run as (root in CI). Git
-// over ssh works against it: `ssh://root@127.0.0.1:<port>/absolute/path/to/repo.git`.
+// over ssh works against it: `ssh://root@127.0.0.1:<port>/absolute/path/to/repo.git`. Also what
+// the tests check on that host: key fingerprints as ssh-keygen prints them, and its processes.
 import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -144,4 +145,36 @@ export async function startSshd(opts: SshdOptions): Promise<TestSshd> {
     await rm(dir, { recursive: true, force: true });
     throw err;
   }
+}
+
+/** The fingerprint `ssh-keygen -l -E sha256` prints for a public key file (`SHA256:…`). */
+export async function keyFingerprint(pubFile: string): Promise<string> {
+  return (await exec('ssh-keygen', ['-l', '-E', 'sha256', '-f', pubFile])).stdout.split(' ')[1]!;
+}
+
+/**
+ * The server's host key fingerprint as OpenSSH computes it, independently of Deckhand's own code
+ * (the key is written to `dir`/host.pub for ssh-keygen).
+ */
+export async function hostKeyFingerprint(sshd: TestSshd, dir: string): Promise<string> {
+  const pub = join(dir, 'host.pub');
+  await writeFile(pub, `${sshd.hostKeyLine.split(' ').slice(1).join(' ')}\n`);
+  return keyFingerprint(pub);
+}
+
+/** A second host key, RSA, made in `dir` for `extraConfig: [`HostKey ${file}`]`: its file and fingerprint. */
+export async function rsaHostKey(dir: string): Promise<{ file: string; fingerprint: string }> {
+  const file = join(dir, 'ssh_host_rsa_key');
+  await exec('ssh-keygen', ['-q', '-t', 'rsa', '-b', '2048', '-N', '', '-f', file]);
+  return { file, fingerprint: await keyFingerprint(`${file}.pub`) };
+}
+
+/** Processes on this machine (the SSH host) whose command line is exactly `args` (no zombies). */
+export async function processesWith(args: string): Promise<string[]> {
+  const { stdout } = await exec('ps', ['-eo', 'pid=,stat=,args=']);
+  return stdout
+    .split('\n')
+    .map((l) => l.trim().split(/\s+/))
+    .filter(([, stat, ...rest]) => rest.join(' ') === args && !stat!.startsWith('Z'))
+    .map((f) => f.join(' '));
 }
