@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { Page } from 'playwright-core';
-import { utils as sshUtils } from 'ssh2';
+import { ed25519KeyPair } from '../../coordinator/src/modules/ssh/ed25519-key.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { launchBrowser, screenshot, type TestBrowser } from '../helpers/browser.ts';
 import { coordinatorFor } from '../helpers/coordinator.ts';
@@ -29,7 +29,7 @@ describe('installing an agent from the Agents page', () => {
 
   beforeAll(async () => {
     tmp = await mkdtemp(join(tmpdir(), 'deckhand-install-page-'));
-    const pair = sshUtils.generateKeyPairSync('ed25519', { comment: 'deckhand-install-page-test' });
+    const pair = ed25519KeyPair('deckhand-install-page-test');
     privateKey = pair.private;
     sshd = await startSshd({ authorizedKeys: [pair.public] });
     const pub = join(tmp, 'host.pub');

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { Page } from 'playwright-core';
-import { utils as sshUtils } from 'ssh2';
+import { ed25519KeyPair } from '../../coordinator/src/modules/ssh/ed25519-key.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningAgent, startAgent } from '../helpers/agents.ts';
 import {
@@ -484,7 +484,7 @@ describe('project settings', () => {
 describe('an SSH target', () => {
   it('fetches the host key, pins it and deploys over SSH; the private key is never shown again', async () => {
     const tmp = await mkdtemp(join(tmpdir(), 'deckhand-project-ssh-'));
-    const pair = sshUtils.generateKeyPairSync('ed25519', { comment: 'deckhand-project-page-test' });
+    const pair = ed25519KeyPair('deckhand-project-page-test');
     const sshd = await startSshd({ authorizedKeys: [pair.public] });
     try {
       // The fingerprint as OpenSSH computes it, independently of Deckhand's own code.

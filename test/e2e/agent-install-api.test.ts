@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import pino from 'pino';
-import { utils as sshUtils } from 'ssh2';
+import { ed25519KeyPair } from '../../coordinator/src/modules/ssh/ed25519-key.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loggerOptions } from '../../coordinator/src/plugins/logger.ts';
 import {
@@ -69,7 +69,7 @@ async function stored(id: string): Promise<Array<Record<string, any>>> {
 
 beforeAll(async () => {
   tmp = await mkdtemp(join(tmpdir(), 'deckhand-install-api-'));
-  const pair = sshUtils.generateKeyPairSync('ed25519', { comment: 'deckhand-install-api-test' });
+  const pair = ed25519KeyPair('deckhand-install-api-test');
   privateKey = pair.private;
   sshd = await startSshd({ authorizedKeys: [pair.public] });
   const pub = join(tmp, 'host.pub');

@@ -5,7 +5,7 @@
 import { readFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { utils as sshUtils } from 'ssh2';
+import { ed25519KeyPair } from '../../coordinator/src/modules/ssh/ed25519-key.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningAgent, startAgent } from '../helpers/agents.ts';
 import { type Client, signUp, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
@@ -61,7 +61,7 @@ async function waitForAgentOnline(): Promise<void> {
 
 /** A known_hosts line for the server's address with some other host key: the wrong one. */
 function wrongHostKeyLine(port: number): string {
-  const [type, key] = sshUtils.generateKeyPairSync('ed25519').public.trim().split(/\s+/);
+  const [type, key] = ed25519KeyPair('deckhand-test').public.trim().split(/\s+/);
   return `[127.0.0.1]:${port} ${type} ${key}`;
 }
 

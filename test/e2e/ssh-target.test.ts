@@ -9,7 +9,7 @@ import { existsSync, readlinkSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { utils as sshUtils } from 'ssh2';
+import { ed25519KeyPair } from '../../coordinator/src/modules/ssh/ed25519-key.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Client, signUp, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
 import { createTestRepo, type TestRepo } from '../helpers/git.ts';
@@ -122,7 +122,7 @@ async function acceptedLogins(): Promise<number> {
 beforeAll(async () => {
   workDir = await mkdtemp(join(tmpdir(), 'deckhand-ssh-host-'));
   keyDir = await mkdtemp(join(tmpdir(), 'deckhand-ssh-keys-'));
-  const pair = sshUtils.generateKeyPairSync('ed25519', { comment: 'deckhand-test-target' });
+  const pair = ed25519KeyPair('deckhand-test-target');
   privateKey = pair.private;
   // A second host key, RSA: a pin may name any key the host holds.
   const rsa = await rsaHostKey(keyDir);
@@ -202,7 +202,7 @@ describe('an SSH target project', () => {
         ssh: {
           host: '127.0.0.1',
           username: 'deploy',
-          private_key: sshUtils.generateKeyPairSync('ed25519').public,
+          private_key: ed25519KeyPair('deckhand-test').public,
           host_key_fingerprint: fingerprint,
         },
       },
@@ -362,7 +362,7 @@ describe('refusing to deploy', () => {
   });
 
   it('fails when the host refuses the key', async () => {
-    const other = sshUtils.generateKeyPairSync('ed25519').private;
+    const other = ed25519KeyPair('deckhand-test').private;
     const { id } = await sshProject({ ssh: { private_key: other } });
     const d = await waitForEnd(await deploy(id));
     expect(d.deployment.status).toBe('failed');

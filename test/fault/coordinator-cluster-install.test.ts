@@ -9,7 +9,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { utils as sshUtils } from 'ssh2';
+import { ed25519KeyPair } from '../../coordinator/src/modules/ssh/ed25519-key.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '../helpers/coordinator.ts';
 import { Admin, coordinatorCluster, tails, waitFor } from '../helpers/faults-coordinator.ts';
@@ -86,7 +86,7 @@ beforeAll(async () => {
   adminA.diagnostics = adminB.diagnostics = () => tails(a.proc, b.proc);
 
   tmp = await mkdtemp(join(tmpdir(), 'deckhand-cluster-install-'));
-  const pair = sshUtils.generateKeyPairSync('ed25519', { comment: 'deckhand-cluster-install-test' });
+  const pair = ed25519KeyPair('deckhand-cluster-install-test');
   privateKey = pair.private;
   sshd = await startSshd({ authorizedKeys: [pair.public] });
   const pub = join(tmp, 'host.pub');

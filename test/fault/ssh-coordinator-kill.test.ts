@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { utils as sshUtils } from 'ssh2';
+import { ed25519KeyPair } from '../../coordinator/src/modules/ssh/ed25519-key.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Client, signUp } from '../helpers/coordinator.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
@@ -40,7 +40,7 @@ async function waitFor(id: string, ok: (d: any) => boolean, what: string, timeou
 
 beforeAll(async () => {
   tmp = await mkdtemp(join(tmpdir(), 'deckhand-ssh-kill-'));
-  const pair = sshUtils.generateKeyPairSync('ed25519');
+  const pair = ed25519KeyPair('deckhand-test');
   sshd = await startSshd({ authorizedKeys: [pair.public], extraConfig: [`SetEnv DECKHAND_WORK_DIR=${tmp}`] });
   const fingerprint = await hostKeyFingerprint(sshd, tmp);
   db = await createTestDatabase();

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { utils as sshUtils } from 'ssh2';
+import { ed25519KeyPair } from '../../coordinator/src/modules/ssh/ed25519-key.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Client, signUp, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
 import { createTestRepo, type TestRepo } from '../helpers/git.ts';
@@ -81,7 +81,7 @@ async function deployThrough(port: number, commands: string[]): Promise<string> 
 
 beforeAll(async () => {
   tmp = await mkdtemp(join(tmpdir(), 'deckhand-ssh-silent-'));
-  const pair = sshUtils.generateKeyPairSync('ed25519');
+  const pair = ed25519KeyPair('deckhand-test');
   privateKey = pair.private;
   // No ClientAliveInterval: like a stock sshd, the host learns of a silent drop from nobody.
   sshd = await startSshd({ authorizedKeys: [pair.public], extraConfig: [`SetEnv DECKHAND_WORK_DIR=${tmp}`] });

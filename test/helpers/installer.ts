@@ -4,7 +4,7 @@
 import { spawn } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { utils as sshUtils } from 'ssh2';
+import { ed25519KeyPair } from '../../coordinator/src/modules/ssh/ed25519-key.ts';
 import {
   type Client,
   createApiToken,
@@ -45,7 +45,7 @@ export async function startInstallHost(
     await sshd?.stop();
   };
   try {
-    const pair = sshUtils.generateKeyPairSync('ed25519', { comment: opts.keyComment });
+    const pair = ed25519KeyPair(opts.keyComment);
     const keyFile = join(dir, 'id_ed25519');
     await writeFile(keyFile, pair.private, { mode: 0o600 });
     sshd = await startSshd({ authorizedKeys: [pair.public], extraConfig: opts.extraConfig });

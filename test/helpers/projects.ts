@@ -1,10 +1,10 @@
 // Projects for the suites: the secrets `sampleProject()` carries, an SSH target's key material, and
 // what the coordinator stores for them.
-import ssh2 from 'ssh2';
 import { expect } from 'vitest';
 import { deriveKey, SecretBox } from '../../coordinator/src/modules/common/crypto.ts';
 import type { Client, HttpResponse, TestCoordinator } from './coordinator.ts';
 import { sql } from './sql.ts';
+import { ed25519KeyPair } from '../../coordinator/src/modules/ssh/ed25519-key.ts';
 
 /** The secret value `sampleProject()` stores under API_KEY. */
 export const SECRET_VALUE = 'sk-live-very-secret';
@@ -12,7 +12,7 @@ export const SECRET_VALUE = 'sk-live-very-secret';
 /** A (fake) SSH host key fingerprint and a throw-away private key for SSH targets. */
 export const FINGERPRINT = `SHA256:${'nThbg6kXUpJWGl7E1IGOCspRomTxdCARLviKw6E5SY8'}`;
 // A real key: the coordinator refuses one it could not log in with.
-export const PRIVATE_KEY = ssh2.utils.generateKeyPairSync('ed25519', { comment: 'deckhand-test' }).private;
+export const PRIVATE_KEY = ed25519KeyPair('deckhand-test').private;
 /** A line of the private key's body, to look for in answers and rows. */
 export const PRIVATE_KEY_BODY_LINE = PRIVATE_KEY.split('\n')[2]!;
 
