@@ -6,7 +6,7 @@ import type { FastifyInstance } from 'fastify';
 import Type from 'typebox';
 import { NotFoundError } from '../modules/common/errors.ts';
 import { Cursor, readSince, type StreamEvent } from '../modules/deployment/event-stream.ts';
-import { isUuid } from '../modules/project/project.service.ts';
+import { isUuid } from '../modules/common/schemas.ts';
 
 const KEEPALIVE_MS = 15_000;
 

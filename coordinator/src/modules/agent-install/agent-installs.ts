@@ -24,8 +24,8 @@ import type { AgentService } from '../agent/agent.service.ts';
 import { recordAudit } from '../audit/audit.service.ts';
 import type { Actor } from '../common/actor.ts';
 import { NotFoundError } from '../common/errors.ts';
-import { isUuid } from '../project/project.service.ts';
 import { AgentInstall } from './agent-install.entity.ts';
+import { isUuid } from '../common/schemas.ts';
 
 export type InstallStatus = 'running' | 'succeeded' | 'failed';
 export type StepStatus = 'pending' | 'running' | 'done' | 'failed';

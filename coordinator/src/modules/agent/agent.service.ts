@@ -6,9 +6,8 @@ import { recordAudit } from '../audit/audit.service.ts';
 import type { Actor } from '../common/actor.ts';
 import { hashToken, randomToken } from '../common/crypto.ts';
 import { ConflictError, NotFoundError } from '../common/errors.ts';
-import { isoOrNull } from '../common/schemas.ts';
+import { isoOrNull, isUuid } from '../common/schemas.ts';
 import { uuidArray } from '../deployment/job-plan.ts';
-import { isUuid } from '../project/project.service.ts';
 import { Agent, type IAgent } from './agent.entity.ts';
 
 export const AGENT_TOKEN_PREFIX = 'dha_';

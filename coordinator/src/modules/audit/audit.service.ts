@@ -3,6 +3,7 @@ import { raw } from '@mikro-orm/core';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Actor } from '../common/actor.ts';
 import { BadRequestError } from '../common/errors.ts';
+import { isUuid } from '../common/schemas.ts';
 import { AuditEvent } from './audit-event.entity.ts';
 
 export function recordAudit(
@@ -40,15 +41,13 @@ export interface AuditEventJson {
   details: Record<string, unknown> | null;
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
 /**
  * Where an older page starts: after an event (its id: exact, however many events share its
  * millisecond) or, as the API first offered, before a time (events of that very millisecond are
  * left out whole, so a time cursor can skip some; links use ids).
  */
 async function cursorOf(em: EntityManager, before: string): Promise<{ at: Date; id: string | null }> {
-  if (UUID.test(before)) {
+  if (isUuid(before)) {
     const event = await em.findOne(AuditEvent, { id: before }, { fields: ['createdAt'] });
     if (event) return { at: event.createdAt, id: event.id };
   }

@@ -2,6 +2,10 @@
 import Type, { type TSchema } from 'typebox';
 
 export const Uuid = Type.String({ format: 'uuid' });
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+/** An id as the database keeps them; anything else cannot name a row (a 404, not a query error). */
+export const isUuid = (v: unknown): v is string => typeof v === 'string' && UUID.test(v);
 export const Timestamp = Type.String({ format: 'date-time', description: 'ISO 8601, UTC, milliseconds, Z' });
 export const NullableTimestamp = Type.Union([Timestamp, Type.Null()]);
 

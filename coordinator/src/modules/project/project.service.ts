@@ -9,7 +9,7 @@ import { ed25519KeyPair } from '../ssh/ed25519-key.ts';
 import type { Actor } from '../common/actor.ts';
 import type { SecretBox } from '../common/crypto.ts';
 import { BadRequestError, ConflictError, NotFoundError } from '../common/errors.ts';
-import { iso } from '../common/schemas.ts';
+import { iso, isUuid } from '../common/schemas.ts';
 import { Deployment } from '../deployment/deployment.entity.ts';
 import { parseForgeUrl } from '../notification/commit-status.ts';
 import {
@@ -132,9 +132,6 @@ function checkSshPrivateKey(text: string): void {
     throw new BadRequestError('target.ssh.private_key is a public key: give the private half');
   }
 }
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-export const isUuid = (v: unknown): v is string => typeof v === 'string' && UUID.test(v);
 
 export class ProjectService {
   readonly #orm: MikroORM;

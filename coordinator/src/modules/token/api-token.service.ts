@@ -7,8 +7,7 @@ import { recordAudit } from '../audit/audit.service.ts';
 import type { Actor } from '../common/actor.ts';
 import { hashToken, randomToken } from '../common/crypto.ts';
 import { BadRequestError, ForbiddenError, NotFoundError } from '../common/errors.ts';
-import { isoOrNull, iso } from '../common/schemas.ts';
-import { isUuid } from '../project/project.service.ts';
+import { iso, isoOrNull, isUuid } from '../common/schemas.ts';
 import type { Role } from '../user/user.entity.ts';
 import { ApiToken, type IApiToken, type TokenScope } from './api-token.entity.ts';
 

@@ -12,7 +12,7 @@ import type { Actor } from '../common/actor.ts';
 import { ConflictError, NotFoundError } from '../common/errors.ts';
 import type { DeploymentService, Triggered } from '../deployment/deployment.service.ts';
 import type { IProject } from '../project/project.entity.ts';
-import { isUuid, type ProjectService } from '../project/project.service.ts';
+import { type ProjectService } from '../project/project.service.ts';
 import {
   decidePush,
   type HeaderBag,
@@ -22,6 +22,7 @@ import {
 } from './push-event.ts';
 import { verifyDelivery } from './signature.ts';
 import { WebhookDelivery } from './webhook-delivery.entity.ts';
+import { isUuid } from '../common/schemas.ts';
 
 /** Verified bodies up to this size are kept with their delivery, for redelivery. */
 const MAX_KEPT_PAYLOAD = 1024 * 1024;
