@@ -7,10 +7,10 @@ import { latestDeployments } from '../modules/dashboard/dashboard.repository.ts'
 import { DEPLOYMENT_STATUSES, type DeploymentStatus } from '../modules/deployment/deployment.entity.ts';
 import { renderPage } from '../plugins/negotiation.ts';
 
-/** GET /deployments's query as its route validated it; an empty filter means "any". */
+/** GET /deployments's query as its route validated it (a browser's empty filters already dropped). */
 export interface DeploymentsQuery {
   project_id?: string;
-  status?: DeploymentStatus | '';
+  status?: DeploymentStatus;
   limit: number;
   before?: string;
 }
@@ -39,8 +39,7 @@ export async function renderDeploymentsPage(
   query: DeploymentsQuery,
 ): Promise<FastifyReply> {
   const { projects, deployments } = app.services;
-  const projectId = query.project_id || undefined;
-  const status = query.status || undefined;
+  const { project_id: projectId, status } = query;
   const [projectList, rows] = await Promise.all([
     projects.list(),
     deployments.list({ projectId, status, limit: query.limit + 1, before: query.before }),
