@@ -18,6 +18,8 @@ let db: pg.Pool;
 
 beforeAll(async () => {
   db = new pg.Pool({ connectionString: api.coord.orm.config.get('clientUrl') as string, max: 2 });
+  // The test database is dropped (with force) when the file ends, maybe under a closing client.
+  db.on('error', () => undefined);
 });
 
 afterAll(async () => {
