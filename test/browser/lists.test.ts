@@ -402,6 +402,15 @@ describe('on a phone and in dark mode', () => {
         );
         expect(tableOverflow, path).toBeLessThanOrEqual(0);
       }
+      // The dashboard and the projects list with the same content (their tables may scroll).
+      for (const [path, name] of [
+        ['/', 'lists-dashboard-phone-dark'],
+        ['/projects', 'lists-projects-phone-dark'],
+      ] as const) {
+        await p.goto(coord.url + path);
+        await screenshot(p, name);
+        expect(await horizontalOverflow(p), path).toBeLessThanOrEqual(0);
+      }
       expect(phone.errors).toEqual([]);
     } finally {
       await phone.close();
