@@ -99,5 +99,9 @@ describe('GET /metrics', () => {
     expect(sample(body, 'deckhand_queue_oldest_wait_seconds')).toBe(0);
     expect(body).toContain('deckhand_nodejs_eventloop_lag_seconds');
     expect(body).toMatch(/deckhand_ingest_pool_connections\{state="total"\} \d/);
+    // The main pool has answered this very scrape's queries: at least one connection.
+    expect(sample(body, 'deckhand_database_pool_connections{state="total"}')).toBeGreaterThan(0);
+    // The scrape's own gauges query at once, so some may be waiting for a connection.
+    expect(sample(body, 'deckhand_database_pool_connections{state="waiting"}')).toBeGreaterThanOrEqual(0);
   });
 });

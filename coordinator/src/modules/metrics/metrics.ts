@@ -2,7 +2,7 @@
 // - the shared state, read from PostgreSQL at each scrape (deployments by state, queue depth and
 //   the oldest wait, agents online): the same from every process;
 // - this process's own counters (log bytes stored, deployments it finished and how long they took,
-//   agent WebSocket connections it holds, the output-ingest pool, event-loop delay and the usual
+//   agent WebSocket connections it holds, its database pools, event-loop delay and the usual
 //   Node.js figures): sum or compare them across processes in Prometheus.
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type pg from 'pg';
@@ -87,6 +87,18 @@ export class Metrics {
       registers: [r],
       collect() {
         this.set(sources.connections());
+      },
+    });
+    new Gauge({
+      name: 'deckhand_database_pool_connections',
+      help: "Connections of this process's main database pool (everything but output ingest), by state; waiting: requests queued for one",
+      labelNames: ['state'],
+      registers: [r],
+      async collect() {
+        const pool = (await sources.orm.em.getConnection().getNativeClient()) as pg.Pool;
+        this.set({ state: 'total' }, pool.totalCount);
+        this.set({ state: 'idle' }, pool.idleCount);
+        this.set({ state: 'waiting' }, pool.waitingCount);
       },
     });
     new Gauge({
