@@ -1,6 +1,9 @@
 // The agent's configuration: command-line flags first, then DECKHAND_* environment variables.
 // Refuses plain ws:// or http:// to anything but loopback unless --insecure, so a token never
-// crosses a network in the clear by accident.
+// crosses a network in the clear by accident. The token comes as it is (--token, DECKHAND_TOKEN) or
+// in a file (--token-file, DECKHAND_TOKEN_FILE: what `npm run agent:create` writes, and how
+// docker-compose.yml hands it over), exactly one of the two.
+import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { MAX_CHUNK_BYTES } from '@deckhand/protocol';
 
@@ -33,6 +36,30 @@ function wholeNumber(flag: string, variable: string, raw: string, unit: string, 
 
 export class AgentConfigError extends Error {}
 
+/** Empty counts as unset, as a compose file's `${VAR:-}` passes it. */
+function agentToken(token: string | undefined, file: string | undefined): string {
+  if (token && file) {
+    throw new AgentConfigError(
+      'Give the agent token one way: --token (DECKHAND_TOKEN) or --token-file (DECKHAND_TOKEN_FILE), not both',
+    );
+  }
+  if (token) return token;
+  if (!file) {
+    throw new AgentConfigError(
+      'Give the agent token: --token <token> (or DECKHAND_TOKEN), from POST /agents, or --token-file <path> (or DECKHAND_TOKEN_FILE)',
+    );
+  }
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new AgentConfigError(`Cannot read the agent token file ${file}: ${(err as Error).message}`);
+  }
+  const fromFile = text.trim();
+  if (!fromFile) throw new AgentConfigError(`The agent token file ${file} is empty`);
+  return fromFile;
+}
+
 const LOOPBACK = /^(localhost|127(\.\d+){3}|\[::1\])$/;
 
 export function loadAgentConfig(argv: string[], env: Record<string, string | undefined>): AgentConfig {
@@ -41,6 +68,7 @@ export function loadAgentConfig(argv: string[], env: Record<string, string | und
     options: {
       url: { type: 'string' },
       token: { type: 'string' },
+      'token-file': { type: 'string' },
       'work-dir': { type: 'string' },
       labels: { type: 'string' },
       insecure: { type: 'boolean', default: false },
@@ -51,15 +79,14 @@ export function loadAgentConfig(argv: string[], env: Record<string, string | und
     strict: true,
   });
   const rawUrl = values.url ?? env.DECKHAND_URL;
-  const token = values.token ?? env.DECKHAND_TOKEN;
   if (!rawUrl)
     throw new AgentConfigError(
       'Give the coordinator URL: --url https://deploy.example.com (or DECKHAND_URL)',
     );
-  if (!token)
-    throw new AgentConfigError(
-      'Give the agent token: --token <token> (or DECKHAND_TOKEN), from POST /agents',
-    );
+  const token = agentToken(
+    values.token ?? env.DECKHAND_TOKEN,
+    values['token-file'] ?? env.DECKHAND_TOKEN_FILE,
+  );
   let url: URL;
   try {
     url = new URL(rawUrl);

@@ -1,5 +1,8 @@
 // The agent's configuration: flags over environment, and no token in the clear beyond loopback.
-import { describe, expect, it } from 'vitest';
+import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentConfigError, loadAgentConfig } from '../../agent/src/config.ts';
 
 describe('agent configuration', () => {
@@ -62,5 +65,59 @@ describe('agent configuration', () => {
       /--max-unacked-bytes \(or DECKHAND_MAX_UNACKED_BYTES\) must be a whole number of bytes of at least 262144/,
     );
     expect(() => loadAgentConfig([...base, '--spool-memory-bytes', '8M'], {})).toThrow(/not 8M/);
+  });
+
+  describe('the token from a file (--token-file, DECKHAND_TOKEN_FILE)', () => {
+    let dir: string;
+    const url = ['--url', 'https://x.example'];
+    beforeAll(async () => {
+      dir = await mkdtemp(join(tmpdir(), 'deckhand-agent-config-'));
+    });
+    afterAll(async () => {
+      await rm(dir, { recursive: true, force: true });
+    });
+
+    it('reads it trimmed, from the flag or the variable', async () => {
+      const file = join(dir, 'token');
+      await writeFile(file, '  dha_fromfile\n\n', { mode: 0o600 });
+      expect(loadAgentConfig([...url, '--token-file', file], {}).token).toBe('dha_fromfile');
+      expect(loadAgentConfig(url, { DECKHAND_TOKEN_FILE: file }).token).toBe('dha_fromfile');
+      // An empty DECKHAND_TOKEN (a compose file's `${VAR:-}`) counts as unset.
+      expect(loadAgentConfig(url, { DECKHAND_TOKEN: '', DECKHAND_TOKEN_FILE: file }).token).toBe(
+        'dha_fromfile',
+      );
+      expect(loadAgentConfig(url, { DECKHAND_TOKEN: 'dha_env', DECKHAND_TOKEN_FILE: '' }).token).toBe(
+        'dha_env',
+      );
+    });
+
+    it('takes exactly one of the token and the file', async () => {
+      const file = join(dir, 'token-both');
+      await writeFile(file, 'dha_fromfile\n');
+      const both = /one way: --token \(DECKHAND_TOKEN\) or --token-file \(DECKHAND_TOKEN_FILE\), not both/;
+      expect(() => loadAgentConfig([...url, '--token', 't', '--token-file', file], {})).toThrow(both);
+      expect(() => loadAgentConfig(url, { DECKHAND_TOKEN: 't', DECKHAND_TOKEN_FILE: file })).toThrow(both);
+      expect(() => loadAgentConfig([...url, '--token', 't'], { DECKHAND_TOKEN_FILE: file })).toThrow(both);
+      expect(() => loadAgentConfig(url, {})).toThrow(/--token <token>.*--token-file <path>/);
+    });
+
+    it('says when the file is missing, unreadable or empty', async () => {
+      const missing = join(dir, 'missing');
+      expect(() => loadAgentConfig([...url, '--token-file', missing], {})).toThrow(
+        new RegExp(`Cannot read the agent token file ${missing}: .*ENOENT`),
+      );
+      expect(() => loadAgentConfig([...url, '--token-file', dir], {})).toThrow(/EISDIR/);
+      const empty = join(dir, 'empty');
+      await writeFile(empty, ' \n');
+      expect(() => loadAgentConfig([...url, '--token-file', empty], {})).toThrow(
+        `The agent token file ${empty} is empty`,
+      );
+      if (process.getuid?.() !== 0) {
+        const locked = join(dir, 'locked');
+        await writeFile(locked, 'dha_x\n');
+        await chmod(locked, 0o000);
+        expect(() => loadAgentConfig([...url, '--token-file', locked], {})).toThrow(/EACCES/);
+      }
+    });
   });
 });
