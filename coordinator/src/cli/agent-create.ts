@@ -13,15 +13,16 @@ import { parseArgs } from 'node:util';
 import { loadConfig } from '../config.ts';
 import type { Actor } from '../modules/common/actor.ts';
 import { ConflictError } from '../modules/common/errors.ts';
+import { AGENT_LABEL, AGENT_LABELS_MAX, AGENT_NAME } from '../modules/agent/agent.schema.ts';
 import { AgentService } from '../modules/agent/agent.service.ts';
 import { createLogger, type Database, openConfiguredDatabase } from '../runtime.ts';
 
 const USAGE = 'Usage: npm run agent:create -- --name <name> [--labels a,b] --token-file <path>';
 const EX_USAGE = 64;
 
-// The rules of POST /agents' body (routes/agents.ts), which this command must not loosen.
-const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
-const LABEL = /^[A-Za-z0-9][A-Za-z0-9_.:-]*$/;
+// The rules of POST /agents' body, which this command must not loosen.
+const NAME = new RegExp(AGENT_NAME.pattern);
+const LABEL = new RegExp(AGENT_LABEL.pattern);
 
 const ACTOR: Actor = { type: 'system', id: null, name: 'agent-create command', role: 'admin', userId: null };
 
@@ -45,7 +46,7 @@ function parse(argv: string[]): { name: string; labels: string[]; tokenFile: str
   }
   const name = values.name?.trim() ?? '';
   if (!name) throw new UsageError('Give the agent a name: --name <name>');
-  if (name.length > 100 || !NAME.test(name)) {
+  if (name.length > AGENT_NAME.maxLength || !NAME.test(name)) {
     throw new UsageError(
       `Not an agent name: ${name} (up to 100 letters, digits, ".", "_" or "-", starting with a letter or digit)`,
     );
@@ -59,13 +60,13 @@ function parse(argv: string[]): { name: string; labels: string[]; tokenFile: str
     ),
   ];
   for (const label of labels) {
-    if (label.length > 63 || !LABEL.test(label)) {
+    if (label.length > AGENT_LABEL.maxLength || !LABEL.test(label)) {
       throw new UsageError(
         `Not a label: ${label} (up to 63 letters, digits, "_", ".", ":" or "-", starting with a letter or digit)`,
       );
     }
   }
-  if (labels.length > 50) throw new UsageError('At most 50 labels');
+  if (labels.length > AGENT_LABELS_MAX) throw new UsageError(`At most ${AGENT_LABELS_MAX} labels`);
   const tokenFile = values['token-file']?.trim() ?? '';
   if (!tokenFile) throw new UsageError('Say where to write the token: --token-file <path>');
   return { name, labels, tokenFile: resolve(tokenFile) };

@@ -5,6 +5,7 @@ import { checkAgentUrl, InstallError, parsePrivateKey } from '@deckhand/installe
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import Type from 'typebox';
+import { AgentLabels, AgentName } from '../modules/agent/agent.schema.ts';
 import { AgentBundle } from '../modules/agent-bundle/agent-bundle.ts';
 import { AgentInstalls } from '../modules/agent-install/agent-installs.ts';
 import { BadRequestError, ConflictError } from '../modules/common/errors.ts';
@@ -15,8 +16,6 @@ import { acceptForms, field, type FormFields, formDone, isBrowserForm } from '..
 import { renderPage, wantsHtml } from '../plugins/negotiation.ts';
 import { agentSetup, servedAgentVersion, versionOlder } from '../views/agent-setup.ts';
 
-const Name = Type.String({ minLength: 1, maxLength: 100, pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*$' });
-const Label = Type.String({ minLength: 1, maxLength: 63, pattern: '^[A-Za-z0-9][A-Za-z0-9_.:-]*$' });
 const AgentJson = Type.Object({
   id: Uuid,
   name: Type.String(),
@@ -49,8 +48,8 @@ const InstallBody = Type.Object(
       pattern: '^SHA256:[A-Za-z0-9+/]{43}=?$',
       description: 'The host key to accept, as POST /projects/host-key showed it and the host confirms',
     }),
-    name: Name,
-    labels: Type.Optional(Type.Array(Label, { maxItems: 50 })),
+    name: AgentName,
+    labels: Type.Optional(AgentLabels),
     agent_url: Type.Optional(
       Type.String({ maxLength: 2000, description: 'How the agent reaches this coordinator (PUBLIC_URL)' }),
     ),
@@ -107,7 +106,7 @@ export default async function agentRoutes(
       config: { auth: 'admin', form: agentForm },
       schema: {
         tags: ['agents'],
-        body: Type.Object({ name: Name, labels: Type.Optional(Type.Array(Label, { maxItems: 50 })) }),
+        body: Type.Object({ name: AgentName, labels: Type.Optional(AgentLabels) }),
         response: {
           201: Ok({
             agent: Type.Object({ id: Uuid, name: Type.String(), labels: Type.Array(Type.String()) }),
