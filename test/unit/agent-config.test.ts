@@ -1,9 +1,12 @@
-// The agent's configuration: flags over environment, and no token in the clear beyond loopback.
+// The agent's configuration: flags over environment, and no token in the clear beyond loopback;
+// and what of it commands never see.
 import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentConfigError, loadAgentConfig } from '../../agent/src/config.ts';
+import { commandEnv, gitEnv } from '../../agent/src/executor/step-env.ts';
+import { jobAssign } from '../helpers/fake-coordinator.ts';
 
 describe('agent configuration', () => {
   it('reads flags, falling back to DECKHAND_* variables', () => {
@@ -119,5 +122,21 @@ describe('agent configuration', () => {
         expect(() => loadAgentConfig([...url, '--token-file', locked], {})).toThrow(/EACCES/);
       }
     });
+  });
+});
+
+describe('what the agent passes on to commands and git', () => {
+  it('never its token, nor where its token file is', () => {
+    const base = {
+      KEEP: 'kept',
+      DECKHAND_TOKEN: 'dha_secret',
+      DECKHAND_TOKEN_FILE: '/run/deckhand/agent-token',
+    };
+    const job = jobAssign({ url: '/tmp/repo.git', commit: 'a'.repeat(40), commands: ['true'] });
+    for (const env of [commandEnv(base, job), gitEnv(base, undefined)]) {
+      expect(env.KEEP).toBe('kept');
+      expect(env).not.toHaveProperty('DECKHAND_TOKEN');
+      expect(env).not.toHaveProperty('DECKHAND_TOKEN_FILE');
+    }
   });
 });

@@ -43,7 +43,7 @@ export function classifyDisconnect(d: Disconnect): Verdict {
       if (d.status === 401 || d.status === 403) {
         return {
           retry: false,
-          message: `The coordinator refused the agent token (HTTP ${d.status}). Register the agent again (POST /agents) and restart it with the new token (--token or DECKHAND_TOKEN).`,
+          message: `The coordinator refused the agent token (HTTP ${d.status}). Register the agent again (POST /agents) and restart it with the new token (--token or DECKHAND_TOKEN, or a file: --token-file or DECKHAND_TOKEN_FILE).`,
         };
       }
       // 404 (a coordinator without the agent endpoint yet, or a path prefix still being

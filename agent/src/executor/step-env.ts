@@ -1,11 +1,13 @@
 // The environments steps run with. Commands get the agent's own environment, the deployment's
 // (secrets included), then the DECKHAND_* variables, which the deployment cannot override. The
-// agent's token is never passed on: a deploy command has no business holding it.
+// agent's token is never passed on, nor where its file is: a deploy command has no business
+// holding it.
 import type { JobAssign } from '@deckhand/protocol';
 
 function agentEnv(base: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
   const env = { ...base };
   delete env.DECKHAND_TOKEN;
+  delete env.DECKHAND_TOKEN_FILE;
   return env;
 }
 
