@@ -123,16 +123,7 @@ export default async function deploymentRoutes(instance: FastifyInstance) {
         const id = detail.deployment.id;
         const stream = await readSince(app.services.orm.em.fork(), id, new Cursor(), null);
         const log = buildLogView(detail.deployment.hosts, stream?.events ?? [], stream?.ended ?? true);
-        // Roll back is offered by the rule of the project page: a successful build the hosts still
-        // keep (releases on), and not the one live already.
-        let canRollBack = false;
-        if (detail.deployment.status === 'success') {
-          const project = await projects.get(detail.project.id);
-          if (project.releases) {
-            const { live, kept } = await deployments.keptReleases(project.id, project.releases.keep);
-            canRollBack = id !== live && kept.some((k) => k.id === id);
-          }
-        }
+        const canRollBack = await deployments.rollbackOffered(detail.deployment);
         return renderPage(reply, 'deployment', { ...detail, log, canRollBack });
       }
       // Already JSON text (a finished deployment's logs are kept serialised): sent as it is.

@@ -415,6 +415,23 @@ export class DeploymentService {
   }
 
   /**
+   * Whether a deployment's page offers Roll back to it, by the project page's rule: a successful
+   * build among the releases its hosts still keep (`keptReleases`), and not the live one already.
+   */
+  async rollbackOffered(deployment: DeploymentJson): Promise<boolean> {
+    if (deployment.status !== 'success') return false;
+    const [project] = await this.#orm.em
+      .fork()
+      .execute<Array<{ policies: ProjectPolicies | null }>>('select policies from projects where id = ?', [
+        deployment.proj_id,
+      ]);
+    const releases = project ? policiesOf(project).releases : null;
+    if (!releases) return false;
+    const { live, kept } = await this.keptReleases(deployment.proj_id, releases.keep);
+    return deployment.id !== live && kept.some((k) => k.id === deployment.id);
+  }
+
+  /**
    * The releases a project's hosts most likely still keep, to roll back to: the coordinator does
    * not see the hosts' release folders, so this follows their pruning rule (the newest `keep`
    * builds, failed ones included) over the deployments that built a release, counting every one
