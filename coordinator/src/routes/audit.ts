@@ -10,6 +10,7 @@ import { errors, Ok, Timestamp, Uuid } from '../modules/common/schemas.ts';
 import type { ProjectJson } from '../modules/project/project.schema.ts';
 import { renderPage, wantsHtml } from '../plugins/negotiation.ts';
 import { auditRows } from '../views/audit-view.ts';
+import { listHref, pageSize } from '../views/format.ts';
 
 const NullableString = Type.Union([Type.String(), Type.Null()]);
 const AuditEventJson = Type.Object({
@@ -40,11 +41,7 @@ const Page = Type.Object({
 const DEFAULT_LIMIT = 100;
 
 function auditHref(path: string, limit: number, before?: string): string {
-  const params = new URLSearchParams();
-  if (limit !== DEFAULT_LIMIT) params.set('limit', String(limit));
-  if (before) params.set('before', before);
-  const query = params.toString();
-  return query ? `${path}?${query}` : path;
+  return listHref(path, { limit: pageSize(limit, DEFAULT_LIMIT), before });
 }
 
 export default async function auditRoutes(instance: FastifyInstance) {

@@ -6,6 +6,7 @@ import Type from 'typebox';
 import { latestDeployments } from '../modules/dashboard/dashboard.repository.ts';
 import { DEPLOYMENT_STATUSES, type DeploymentStatus } from '../modules/deployment/deployment.entity.ts';
 import { renderPage } from '../plugins/negotiation.ts';
+import { listHref, pageSize } from '../views/format.ts';
 
 /** GET /deployments's query as its route validated it (a browser's empty filters already dropped). */
 export interface DeploymentsQuery {
@@ -19,13 +20,13 @@ export interface DeploymentsQuery {
 const DEFAULT_LIMIT = 50;
 
 function deploymentsHref(filter: { project_id?: string; status?: string; limit: number; before?: string }) {
-  const params = new URLSearchParams();
-  if (filter.project_id) params.set('project_id', filter.project_id);
-  if (filter.status) params.set('status', filter.status);
-  if (filter.limit !== DEFAULT_LIMIT) params.set('limit', String(filter.limit));
-  if (filter.before) params.set('before', filter.before);
-  const query = params.toString();
-  return query ? `/deployments?${query}` : '/deployments';
+  const { project_id, status, before } = filter;
+  return listHref('/deployments', {
+    project_id,
+    status,
+    limit: pageSize(filter.limit, DEFAULT_LIMIT),
+    before,
+  });
 }
 
 /**

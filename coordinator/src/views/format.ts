@@ -10,6 +10,22 @@ const UNITS: Array<[number, string]> = [
   [1000, 's'],
 ];
 
+/**
+ * A link to a page of a list (the Deployments page, the audit log): the query parameters that are
+ * set, in the order given. `limit` is given only when it is not the list's default
+ * (`pageSize`), so links stay short.
+ */
+export function listHref(path: string, params: Record<string, string | undefined>): string {
+  const query = new URLSearchParams();
+  for (const [key, value] of Object.entries(params)) if (value) query.set(key, value);
+  const text = query.toString();
+  return text ? `${path}?${text}` : path;
+}
+
+/** A page size for a link: nothing when it is the list's default. */
+export const pageSize = (limit: number, defaultLimit: number): string | undefined =>
+  limit === defaultLimit ? undefined : String(limit);
+
 /** "1.2 s", "3 min 4 s", "2 h 5 min" */
 export function duration(ms: number): string {
   if (!Number.isFinite(ms) || ms < 0) return '';
