@@ -17,12 +17,11 @@ import {
   signIn,
   type TestBrowser,
 } from '../helpers/browser.ts';
-import { Client, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
+import { BROWSER_ACCEPT, Client, startCoordinator, type TestCoordinator } from '../helpers/coordinator.ts';
 import { sql } from '../helpers/sql.ts';
 
 const ADMIN = 'admin@example.com';
 const PASSWORD = 'correct horse battery staple';
-const BROWSER_ACCEPT = 'text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8';
 
 let coord: TestCoordinator;
 let admin: Client;

@@ -69,6 +69,9 @@ export interface HttpResponse {
 }
 
 /** An HTTP client with a cookie jar, like a browser or `curl -c/-b`. */
+/** The Accept header a browser sends when it navigates to a page. */
+export const BROWSER_ACCEPT = 'text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8';
+
 export class Client {
   readonly base: string;
   cookie: string | null = null;

@@ -1,7 +1,14 @@
 // One URL per resource: GET /deploy/:id answers HTML to browsers and JSON otherwise (Vary: Accept),
 // and without a session a browser is sent to the sign-in page while an API client gets 401.
 import { beforeAll, describe, expect, it } from 'vitest';
-import { Client, coordinatorFor, createProject, signUp, uniqueEmail } from '../helpers/coordinator.ts';
+import {
+  Client,
+  coordinatorFor,
+  createProject,
+  signUp,
+  uniqueEmail,
+  BROWSER_ACCEPT,
+} from '../helpers/coordinator.ts';
 import { expectJsonError } from '../helpers/responses.ts';
 
 const PASSWORD = 'correct horse battery staple';
@@ -12,7 +19,6 @@ describe('content negotiation on GET /deploy/:id', () => {
   let admin: Client;
   let project: { id: string; name: string };
   let deployId: string;
-  const BROWSER_ACCEPT = 'text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8';
 
   beforeAll(async () => {
     admin = (await signUp(coord.current.url, uniqueEmail('neg'), PASSWORD)).client;
@@ -79,7 +85,6 @@ describe('content negotiation on the audit log (GET /audit, GET /projects/:id/au
   let admin: Client;
   let deployer: Client;
   let project: { id: string; name: string };
-  const BROWSER_ACCEPT = 'text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8';
 
   beforeAll(async () => {
     admin = (await signUp(coord.current.url, uniqueEmail('audit'), PASSWORD)).client;

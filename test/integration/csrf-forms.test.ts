@@ -5,7 +5,14 @@
 // routes are found by asking the running coordinator, so a new one without a case here fails.
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, coordinatorFor, createProject, type HttpResponse, signUp } from '../helpers/coordinator.ts';
+import {
+  Client,
+  coordinatorFor,
+  createProject,
+  type HttpResponse,
+  signUp,
+  BROWSER_ACCEPT,
+} from '../helpers/coordinator.ts';
 import { FINGERPRINT, PRIVATE_KEY } from '../helpers/projects.ts';
 import { expectJsonError } from '../helpers/responses.ts';
 import { closedPort, startTestSmtpServer, type TestSmtpServer } from '../helpers/smtp-server.ts';
@@ -14,7 +21,6 @@ import { webhookTools } from '../helpers/webhooks.ts';
 import { branchPush } from '../helpers/github-examples.ts';
 
 const EXPIRED = 'This form has expired: reload the page and try again';
-const BROWSER_ACCEPT = 'text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8';
 const PASSWORD = 'correct horse battery staple';
 
 type Fields = Record<string, string | string[]>;
