@@ -9,7 +9,7 @@
 // the compose file's agent-token command registers an agent whose token file the agent starts with.
 import { execFile, execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { chmod, copyFile, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createRequire } from 'node:module';
@@ -27,23 +27,16 @@ import { type Client, signUp, startCoordinator, type TestCoordinator } from '../
 import { createTestDatabase, type TestDatabase } from '../helpers/database.ts';
 import {
   cleanEnv,
-  type CoordinatorProcess,
   freePort,
   repoRoot,
   type Spawned,
   spawnNode,
-  startCoordinatorProcess,
   waitForOk,
+  watched,
 } from '../helpers/processes.ts';
+import { cmdOf, composeList, composeService, stages, waitOnline, which } from '../helpers/packaging.ts';
 
 const exec = promisify(execFile);
-
-function which(tool: string): string | null {
-  for (const dir of (process.env.PATH ?? '').split(':').concat(['/usr/bin', '/usr/local/bin'])) {
-    if (dir && existsSync(join(dir, tool))) return join(dir, tool);
-  }
-  return null;
-}
 
 const COMPOSE = which('docker-compose');
 const SYSTEMD_ANALYZE = which('systemd-analyze');
@@ -61,69 +54,6 @@ let bundleFile: string;
 let coordinator: TestCoordinator | undefined;
 let admin: Client;
 const spawned: Spawned[] = [];
-
-/** The stages of a Dockerfile: each FROM with the instructions after it (continuations joined). */
-function stages(dockerfile: string): Array<{ from: string; lines: string[] }> {
-  const text = readFileSync(join(repoRoot, dockerfile), 'utf8').replace(/\\\n\s*/g, ' ');
-  const result: Array<{ from: string; lines: string[] }> = [];
-  for (const raw of text.split('\n')) {
-    const line = raw.trim();
-    if (line === '' || line.startsWith('#')) continue;
-    if (/^FROM\s/i.test(line)) result.push({ from: line, lines: [] });
-    else result.at(-1)?.lines.push(line);
-  }
-  return result;
-}
-
-/** The final stage's CMD, exec form. */
-function cmdOf(dockerfile: string): string[] {
-  const cmd = stages(dockerfile)
-    .at(-1)!
-    .lines.filter((l) => /^CMD\s/i.test(l))
-    .at(-1)!;
-  return JSON.parse(cmd.replace(/^CMD\s+/i, '')) as string[];
-}
-
-/** A service's block of docker-compose.yml, as written (two-space indents, as the file keeps them). */
-function composeService(name: string): string[] {
-  const lines = readFileSync(join(repoRoot, 'docker-compose.yml'), 'utf8').split('\n');
-  const start = lines.indexOf(`  ${name}:`);
-  expect(start, `service ${name} in docker-compose.yml`).toBeGreaterThan(0);
-  const end = lines.findIndex((l, i) => i > start && /^ {0,2}\S/.test(l));
-  return lines.slice(start + 1, end);
-}
-
-/** A block-sequence key of a service (`command:`, `volumes:`), its items unquoted. */
-function composeList(service: string[], key: string): string[] {
-  const start = service.indexOf(`    ${key}:`);
-  expect(start, `${key} in the service`).toBeGreaterThanOrEqual(0);
-  const items: string[] = [];
-  for (const line of service.slice(start + 1)) {
-    const m = /^ {6}- (.*)$/.exec(line);
-    if (!m) break;
-    items.push(m[1]!.replace(/^'(.*)'$/, '$1'));
-  }
-  return items;
-}
-
-async function waitOnline(
-  name: string,
-  proc: Spawned,
-  client: Client = admin,
-): Promise<{ id: string; online: boolean; version: string | null }> {
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    const res = await client.get('/agents');
-    const agent = (
-      res.json.agents as Array<{ id: string; name: string; online: boolean; version: string | null }>
-    ).find((a) => a.name === name);
-    if (agent?.online) return agent;
-    if (Date.now() > deadline || proc.child.exitCode !== null) {
-      throw new Error(`agent ${name} did not come online:\n${proc.output()}`);
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
 
 async function register(name: string): Promise<string> {
   const res = await admin.post('/agents', { name });
@@ -414,9 +344,9 @@ describe('start commands, run for real without Docker or systemd', () => {
       }) as NodeJS.ProcessEnv,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    const proc = asSpawned(child);
+    const proc = watched(child);
     spawned.push(proc);
-    const agent = await waitOnline('image-agent', proc);
+    const agent = await waitOnline('image-agent', proc, admin);
     expect(agent.version).toMatch(/^\d+\.\d+\.\d+/);
   });
 
@@ -432,9 +362,9 @@ describe('start commands, run for real without Docker or systemd', () => {
       env: cleanEnv({ DECKHAND_URL: coordinator!.url, DECKHAND_TOKEN: token }) as NodeJS.ProcessEnv,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    const proc = asSpawned(child);
+    const proc = watched(child);
     spawned.push(proc);
-    await waitOnline('sample-unit-agent', proc);
+    await waitOnline('sample-unit-agent', proc, admin);
   });
 
   it("the installer's unit: ExecStart with its EnvironmentFile comes online", async () => {
@@ -463,9 +393,9 @@ describe('start commands, run for real without Docker or systemd', () => {
       env: cleanEnv(env) as NodeJS.ProcessEnv,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    const proc = asSpawned(child);
+    const proc = watched(child);
     spawned.push(proc);
-    await waitOnline('unit-agent', proc);
+    await waitOnline('unit-agent', proc, admin);
   });
 
   it('a coordinator whose agent file is not built yet names the version it will serve', async () => {
@@ -510,208 +440,3 @@ describe('start commands, run for real without Docker or systemd', () => {
     }
   });
 });
-
-describe("docker-compose.yml's agent-token command and agent, run for real without Docker", () => {
-  let db: TestDatabase | undefined;
-  let server: CoordinatorProcess | undefined;
-  let owner: Client;
-  let volume: string;
-  const secret = 'z'.repeat(40);
-
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    server = await startCoordinatorProcess({
-      DATABASE_URL: db.url,
-      DECKHAND_SECRET: secret,
-      LOG_LEVEL: 'warn',
-    });
-    ({ client: owner } = await signUp(server.url));
-    volume = await mkdtemp(join(tmp, 'agent-token-volume-'));
-  }, 90_000);
-
-  afterAll(async () => {
-    await server?.stop();
-    await db?.drop();
-  }, 30_000);
-
-  /**
-   * The service's command as the file has it, in the image's working directory (/app: the
-   * repository here), with its volume (mounted at the token file's folder) under tmp.
-   */
-  async function runAgentToken(): Promise<{ code: number; stdout: string; stderr: string; file: string }> {
-    const service = composeService('agent-token');
-    const [program, ...args] = composeList(service, 'command');
-    expect(program).toBe('node');
-    expect(args.slice(0, 1)).toEqual(['coordinator/src/cli/agent-create.ts']);
-    const at = args.indexOf('--token-file');
-    const target = dirname(args[at + 1]!);
-    expect(composeList(service, 'volumes')).toContain(`agent-token:${target}`);
-    const file = join(volume, args[at + 1]!.slice(target.length + 1));
-    args[at + 1] = file;
-    const res = await exec(process.execPath, args, {
-      cwd: repoRoot,
-      env: cleanEnv({
-        DATABASE_URL: db!.url,
-        DECKHAND_SECRET: secret,
-        LOG_LEVEL: 'warn',
-      }) as NodeJS.ProcessEnv,
-    }).then(
-      (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
-      (err: { code: number; stdout: string; stderr: string }) => err,
-    );
-    return { code: res.code, stdout: res.stdout, stderr: res.stderr, file };
-  }
-
-  /** The agent image's CMD with the service's environment, its token volume read from tmp. */
-  function startComposeAgent(): Spawned {
-    const service = composeService('agent');
-    const mount = composeList(service, 'volumes').find((v) => v.startsWith('agent-token:'))!;
-    expect(mount).toMatch(/:ro$/);
-    const target = mount.split(':')[1]!;
-    const tokenFile = /^ {6}DECKHAND_TOKEN_FILE: \$\{DECKHAND_AGENT_TOKEN_FILE-(.*)\}$/m.exec(
-      service.join('\n'),
-    )![1]!;
-    expect(tokenFile.startsWith(`${target}/`)).toBe(true);
-    const [, file] = cmdOf('agent/Dockerfile');
-    const child = spawn(process.execPath, [join(tmp, file!)], {
-      cwd: tmp,
-      env: cleanEnv({
-        DECKHAND_URL: server!.url,
-        DECKHAND_TOKEN: '', // `${DECKHAND_AGENT_TOKEN:-}`, unset
-        DECKHAND_TOKEN_FILE: join(volume, tokenFile.slice(target.length + 1)),
-        DECKHAND_WORK_DIR: join(tmp, 'compose-agent-work'),
-      }) as NodeJS.ProcessEnv,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    const proc = asSpawned(child);
-    spawned.push(proc);
-    return proc;
-  }
-
-  async function stopAgent(proc: Spawned): Promise<void> {
-    if (proc.child.exitCode === null && proc.child.signalCode === null) proc.child.kill('SIGTERM');
-    await proc.exited;
-  }
-
-  it('registers the agent once, writes its token with mode 600, and the agent comes online with it', async () => {
-    const first = await runAgentToken();
-    expect(first, JSON.stringify(first)).toMatchObject({ code: 0, stderr: '' });
-    const token = await readFile(first.file, 'utf8');
-    expect(token).toMatch(/^dha_\S+\n$/);
-    expect(first.stdout).toContain(first.file);
-    expect(first.stdout).not.toContain(token.trim());
-    const before = await stat(first.file);
-    expect(before.mode & 0o777).toBe(0o600);
-
-    const second = await runAgentToken();
-    expect(second, JSON.stringify(second)).toMatchObject({ code: 0, stderr: '' });
-    expect(second.stdout).toMatch(/still works: nothing to do/);
-    const after = await stat(first.file);
-    expect(await readFile(first.file, 'utf8')).toBe(token);
-    expect([after.ino, after.mtimeMs, after.mode & 0o777]).toEqual([before.ino, before.mtimeMs, 0o600]);
-    const listed = (await owner.get('/agents')).json.agents as Array<{ name: string }>;
-    expect(listed.map((a) => a.name)).toEqual(['compose']);
-
-    const proc = startComposeAgent();
-    await waitOnline('compose', proc, owner);
-    await stopAgent(proc);
-  });
-
-  it('replaces the token file of a revoked agent on the next run, and the agent comes online again', async () => {
-    const agents = (await owner.get('/agents')).json.agents as Array<{ id: string; name: string }>;
-    const old = agents.find((a) => a.name === 'compose')!;
-    const file = join(volume, 'agent-token');
-    const oldToken = await readFile(file, 'utf8');
-    expect((await owner.request('DELETE', `/agents/${old.id}`)).status).toBe(200);
-
-    const res = await runAgentToken();
-    expect(res, JSON.stringify(res)).toMatchObject({ code: 0, stderr: '' });
-    expect(res.stdout).toMatch(/no longer authenticates an agent/);
-    const newToken = await readFile(file, 'utf8');
-    expect(newToken).toMatch(/^dha_\S+\n$/);
-    expect(newToken).not.toBe(oldToken);
-    expect(res.stdout).not.toContain(newToken.trim());
-    expect((await stat(file)).mode & 0o777).toBe(0o600);
-    // Only the token file is left in the volume: the temporary one was renamed over it.
-    expect((await readdir(volume)).sort()).toEqual(['agent-token']);
-
-    const proc = startComposeAgent();
-    const agent = await waitOnline('compose', proc, owner);
-    expect(agent.id).not.toBe(old.id);
-    await stopAgent(proc);
-    // Both registrations are on record as the command's, not a user's.
-    const audit = await owner.get('/audit');
-    expect(audit.status, audit.text).toBe(200);
-    const created = (
-      audit.json.audit_events as Array<{ action: string; actor: { type: string; name: string } }>
-    ).filter((e) => e.action === 'agent.create');
-    expect(created.map((e) => e.actor)).toEqual([
-      { type: 'system', id: null, name: 'agent-create command' },
-      { type: 'system', id: null, name: 'agent-create command' },
-    ]);
-  });
-
-  it('refuses bad arguments with exit code 64 and the usage, before touching the database', async () => {
-    const cases: Array<[string[], RegExp]> = [
-      [['--token-file', join(volume, 'x')], /--name <name>/],
-      [['--name', 'compose'], /--token-file <path>/],
-      [['--name', 'bad name!', '--token-file', join(volume, 'x')], /Not an agent name: bad name!/],
-      [['--name', 'ok', '--labels', 'web,b@d', '--token-file', join(volume, 'x')], /Not a label: b@d/],
-      [['--name', 'ok', '--token-file', join(volume, 'x'), '--tokn'], /Unknown option '--tokn'/],
-    ];
-    for (const [args, message] of cases) {
-      const res = await exec(process.execPath, ['coordinator/src/cli/agent-create.ts', ...args], {
-        cwd: repoRoot,
-        env: cleanEnv({ DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' }) as NodeJS.ProcessEnv,
-      }).catch((err: { code: number; stdout: string; stderr: string }) => err);
-      expect(res).toMatchObject({ code: 64, stderr: expect.stringMatching(message) });
-      expect((res as { stderr: string }).stderr).toContain('Usage: npm run agent:create --');
-    }
-  });
-
-  it('says when an agent of that name exists without its token in the file, and registers nothing', async () => {
-    const res = await exec(
-      process.execPath,
-      ['coordinator/src/cli/agent-create.ts', '--name', 'compose', '--token-file', join(volume, 'other')],
-      {
-        cwd: repoRoot,
-        env: cleanEnv({
-          DATABASE_URL: db!.url,
-          DECKHAND_SECRET: secret,
-          LOG_LEVEL: 'warn',
-        }) as NodeJS.ProcessEnv,
-      },
-    ).catch((err: { code: number; stdout: string; stderr: string }) => err);
-    expect(res).toMatchObject({
-      code: 1,
-      stderr: expect.stringContaining('An agent named compose already exists'),
-    });
-    expect((await readdir(volume)).sort()).toEqual(['agent-token']);
-  });
-
-  it('says when the token cannot be written, before opening the database', async () => {
-    const file = join(volume, 'missing-folder', 'agent-token');
-    const res = await exec(
-      process.execPath,
-      ['coordinator/src/cli/agent-create.ts', '--name', 'elsewhere', '--token-file', file],
-      {
-        cwd: repoRoot,
-        env: cleanEnv({ DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' }) as NodeJS.ProcessEnv,
-      },
-    ).catch((err: { code: number; stdout: string; stderr: string }) => err);
-    expect(res).toMatchObject({
-      code: 1,
-      stderr: expect.stringContaining(`Cannot write the token next to ${file}: ENOENT`),
-    });
-  });
-});
-
-function asSpawned(child: ReturnType<typeof spawn>): Spawned {
-  let out = '';
-  child.stdout?.on('data', (d) => (out += d));
-  child.stderr?.on('data', (d) => (out += d));
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.on('exit', (code, signal) => resolve({ code, signal })),
-  );
-  return { child, output: () => out, exited };
-}

@@ -32,6 +32,11 @@ export function spawnNode(script: string, args: string[], env: Record<string, st
     env: env as NodeJS.ProcessEnv,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  return watched(child);
+}
+
+/** A started child as a Spawned: its stdout and stderr collected, its exit awaited. */
+export function watched(child: ChildProcess): Spawned {
   let out = '';
   child.stdout?.on('data', (d) => (out += d));
   child.stderr?.on('data', (d) => (out += d));
